@@ -1,0 +1,47 @@
+"""The ``hf-neuron`` command line. Each subcommand lives in ``hf_neuron.commands.<module>`` and
+exposes ``register(subparsers)``, which adds its parser and sets ``func`` to its handler."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (module in hf_neuron.commands) - one line per subcommand module.
+COMMAND_MODULES = [
+    "env",
+    "tiny_model",
+    "demo",
+    "compat",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hf-neuron",
+        description="Hugging Face on AWS Trainium (TorchNeuron): environment, tiny models, demos, compatibility.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"hf_neuron.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"hf_neuron.commands.{name}":
+                continue  # subcommand not written yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    result = args.func(args)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the `hf-neuron` CLI, one module each."""

@@ -1,0 +1,1 @@
+"""diffusers adapter package."""

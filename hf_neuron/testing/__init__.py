@@ -1,0 +1,1 @@
+"""Test helpers: tiny models, tokenizers and datasets built locally (no network)."""

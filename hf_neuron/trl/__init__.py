@@ -1,0 +1,1 @@
+"""trl adapter package."""
