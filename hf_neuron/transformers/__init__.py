@@ -1,1 +1,50 @@
-"""transformers adapter package."""
+"""Transformers adapter: unchanged Transformers code runs well on a neuron device.
+
+``activate()`` is called when ``transformers`` is imported (see ``hf_neuron.adapters``). Each
+adaptation is a named fix (``hf-neuron env`` lists them); it is applied when the Transformers
+submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies none.
+
+- :mod:`.generation`: generate() compiles two graphs per (batch size, max_cache_len) and gets
+  Neuron defaults (static cache, max_cache_len, prefill chunking, "neuron" compile config).
+- :mod:`.cache`: sliding-window static cache bookkeeping without a Python int guard.
+- :mod:`.tokenization`: prompts left padded to a multiple of the prefill chunk size.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from hf_neuron.transformers._patching import upstream_behaviour
+from hf_neuron.transformers.generation import (
+    DEFAULT_MAX_CACHE_LEN,
+    DEFAULT_PREFILL_CHUNK_SIZE,
+    resolve_prefill_chunk_size,
+)
+from hf_neuron.transformers.tokenization import generation_padding_kwargs, tokenize_prompts
+
+# Modules whose import registers fixes (importing them does not import Transformers submodules).
+FIX_MODULES = ("generation", "cache", "placement", "loading")
+
+
+def activate() -> None:
+    """Register the Transformers fixes and apply those whose target module is imported (idempotent)."""
+    from hf_neuron.transformers import _registry
+
+    for name in FIX_MODULES:
+        try:
+            importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+    _registry.apply_pending()
+
+
+__all__ = [
+    "DEFAULT_MAX_CACHE_LEN",
+    "DEFAULT_PREFILL_CHUNK_SIZE",
+    "activate",
+    "generation_padding_kwargs",
+    "resolve_prefill_chunk_size",
+    "tokenize_prompts",
+    "upstream_behaviour",
+]

@@ -1,1 +1,39 @@
-"""trl adapter package."""
+"""TRL adapter: what TRL's trainers need to train well on Neuron, as named fixes.
+
+``activate()`` runs when ``trl`` is imported (``hf_neuron.adapters``). TRL loads its trainers lazily,
+so each fix waits for the TRL module it changes to be imported; nothing here imports a trainer.
+
+Fixes (``hf-neuron env`` lists them and whether each is active):
+
+- ``trl.pad_to_multiple_of_auto`` (:mod:`.padding`): batches padded to a multiple of 128 on Neuron
+  for every trainer that pads, on TRL versions older than 1.16 too.
+- ``trl.pad_packed_to_max_length`` (:mod:`.padding`): packed SFT batches padded to ``max_length``
+  on Neuron, so the whole run has one batch shape.
+- ``trl.neuron_device_map`` (:mod:`.model_loading`): models given by name load straight onto the
+  process's Neuron device, or sharded by ``distributed_config``, never on the host first.
+- ``trl.static_shapes_on_neuron`` / ``trl.neuron_compile_hint`` (:mod:`.training`): Dynamo's
+  automatic dynamic shapes off when compiling on Neuron; a hint when ``torch_compile`` is off.
+- ``trl.atomic_checkpoints`` (:mod:`.checkpoints`): ``checkpoint-N`` appears whole or not at all.
+
+Explicit user values always win over these defaults.
+"""
+
+from __future__ import annotations
+
+_registered = False
+
+
+def _register() -> None:
+    global _registered
+    if not _registered:
+        # Importing these registers their fixes.
+        from hf_neuron.trl import checkpoints, model_loading, padding, training  # noqa: F401
+
+        _registered = True
+
+
+def activate() -> None:
+    from hf_neuron.fixes import apply_fixes
+
+    _register()
+    apply_fixes("trl")

@@ -1,0 +1,414 @@
+"""The five compatibility levels, run inside one worker process for one architecture.
+
+Every level compares the device against a CPU reference of the same tiny model (same checkpoint on
+disk, loaded twice):
+
+- L1 builds the tiny model (``hf_neuron.testing.tiny_models``) and loads it with
+  ``device_map=<device>``; every parameter and buffer must land on the device.
+- L2 eager forward: logits within a tight tolerance of CPU.
+- L3 greedy ``generate`` with the Neuron defaults (static cache, prefill chunking, compiled with
+  backend "neuron") gives exactly the CPU eager tokens; graphs compiled are recorded.
+- L4 one training step, eager and compiled: loss and gradients within tolerance of CPU; graphs recorded.
+- L5 (``hf_neuron.compat.tp_worker``) tensor parallel TP=2 under torchrun equals a single device.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+from hf_neuron.compat import results as R
+from hf_neuron.compat.archs import KIND_MULTIMODAL, KIND_REMOTE_CODE, ArchSpec
+
+PROMPT_LEN = 10
+NEW_TOKENS = 8
+PREFILL_CHUNK = 8
+MAX_CACHE_LEN = 64
+FORWARD_BATCH, FORWARD_LEN = 2, 12
+
+LOGITS_RTOL, LOGITS_ATOL = 1e-4, 1e-4
+LOSS_RTOL = 1e-5
+GRAD_RTOL, GRAD_ATOL = 1e-3, 1e-6
+
+_ATEN_OP = re.compile(r"aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?")
+_DYNAMO_INNER = re.compile(r"got (\w+(?:Error|Exception))\((['\"])(.*?)\2\)", re.S)
+_DYNAMO_CALL = re.compile(r"call_function (?:<built-in function |<function )?([A-Za-z0-9_.]+)")
+_STOCHASTIC_ATTRS = ("dropout", "pdrop", "jitter")
+
+
+class LevelFailure(Exception):
+    """A level's check failed (not a crash): ``reason`` says what differs, ``op`` where."""
+
+    def __init__(self, reason: str, op: str | None = None):
+        super().__init__(reason)
+        self.reason, self.op = reason, op
+
+
+def describe_exception(exc: BaseException, stage: str | None = None) -> tuple[str, str | None]:
+    """(reason, op) for an exception: the type and first lines of the message; the failing aten op
+    when the message names one, else the innermost frame in transformers / hf_neuron / torch."""
+    if isinstance(exc, LevelFailure):
+        return exc.reason, exc.op
+    message = str(exc).strip()
+    lines = [ln for ln in message.splitlines() if ln.strip()]
+    head = " ".join(lines[:3]) if lines else ""
+    # Dynamo wraps the real error of a traced call: "... call_function <fn>(...): got XError('...')".
+    inner = _DYNAMO_INNER.search(message)
+    if inner:
+        head = f"{inner.group(1)}: {inner.group(3)}"
+    reason = f"{type(exc).__name__}: {head}" if head else type(exc).__name__
+    if stage:
+        reason = f"{stage}: {reason}"
+    match = _ATEN_OP.search(message)
+    if match:
+        return reason, match.group(0)
+    traced = _DYNAMO_CALL.search(message)
+    if traced:
+        return reason, f"{traced.group(1)} (traced by Dynamo)"
+    frames = traceback.extract_tb(exc.__traceback__)
+    chosen = None
+    for frame in frames:
+        fn = frame.filename.replace("\\", "/")
+        if "/transformers/" in fn or ("/hf_neuron/" in fn and "/hf_neuron/compat/" not in fn):
+            chosen = frame
+    if chosen is None and frames:
+        chosen = frames[-1]
+    if chosen is None:
+        return reason, None
+    fn = chosen.filename.replace("\\", "/")
+    for marker in ("/site-packages/", "/work/main/"):
+        if marker in fn:
+            fn = fn.split(marker, 1)[1]
+            break
+    return reason, f"{fn}:{chosen.lineno} in {chosen.name}"
+
+
+class count_graphs:
+    """Graphs compiled inside the ``with`` block: the simulator's graph log when the simulator is
+    active, else Dynamo's own count of unique graphs (any backend, real hardware included).
+    ``count`` is None when neither is available."""
+
+    def __enter__(self):
+        self.count = None
+        self._log_counter = self._ctx = None
+        try:
+            from hf_neuron.simulator import graph_log, is_simulated
+
+            if is_simulated():
+                self._ctx = graph_log.count_graphs()
+                self._log_counter = self._ctx.__enter__()
+        except ImportError:
+            pass
+        if self._ctx is None:
+            from torch._dynamo.utils import counters
+
+            self._start = int(counters["stats"]["unique_graphs"])
+        return self
+
+    def __exit__(self, *exc):
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
+            self.count = int(self._log_counter.count)
+        else:
+            from torch._dynamo.utils import counters
+
+            self.count = int(counters["stats"]["unique_graphs"]) - self._start
+        return False
+
+
+def _reset_compiler() -> None:
+    """Forget compiled graphs between levels and architectures (guards, caches, counters)."""
+    import sys
+
+    if "torch._dynamo" in sys.modules:  # nothing compiled yet otherwise (and the fake archs stay torch-free)
+        sys.modules["torch._dynamo"].reset()
+
+
+def _zero_stochastic(obj) -> None:
+    """Make a training step deterministic on both sides: dropout (modules, module attributes and
+    config values read at forward time) and router jitter set to 0."""
+    import torch
+
+    configs = []
+    for module in obj.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if isinstance(value, float) and value > 0 and any(k in name.lower() for k in _STOCHASTIC_ATTRS):
+                setattr(module, name, 0.0)
+        config = getattr(module, "config", None)
+        if config is not None and all(config is not c for c in configs):
+            configs.append(config)
+    seen = []
+    while configs:
+        config = configs.pop()
+        if any(config is c for c in seen):
+            continue
+        seen.append(config)
+        for name, value in list(vars(config).items()):
+            if isinstance(value, float) and value > 0 and any(k in name.lower() for k in _STOCHASTIC_ATTRS):
+                setattr(config, name, 0.0)
+            elif hasattr(value, "to_dict") and hasattr(value, "model_type"):
+                configs.append(value)
+
+
+class ArchRun:
+    """Holds the state shared by the levels of one architecture (models, inputs, references)."""
+
+    def __init__(self, spec: ArchSpec, device: str, workdir: Path, emit: Callable[[dict], None]):
+        self.spec, self.device, self.workdir, self.emit = spec, device, Path(workdir), emit
+        self.record = R.new_record(spec)
+        self.cpu_model = None
+        self.dev_model = None
+        self.model_dir: Path | None = None
+        self.input_ids = None
+
+    # ---- orchestration ---------------------------------------------------------------------
+    def run(self, levels: list[str]) -> dict:
+        start = time.perf_counter()
+        if self.spec.kind == KIND_REMOTE_CODE:
+            for lv in R.LEVELS:
+                R.set_level(self.record, lv, "skip", reason=(
+                    f"not testable here: model_type {self.spec.model_type!r} needs remote code "
+                    "(trust_remote_code); the installed transformers has no class for it"))
+            self.record["testable"] = False
+            return self._finish(start)
+        for lv in R.LEVELS:
+            if lv == "L5":
+                continue  # run by the tensor-parallel phase (torchrun)
+            if lv not in levels:
+                R.set_level(self.record, lv, "skip", reason=R.NOT_REQUESTED)
+                continue
+            if lv != "L1" and self.record["levels"].get("L1") != "pass":
+                R.set_level(self.record, lv, "skip", reason="L1 (build and load) did not pass")
+                self.emit({"event": "level_result", "level": lv, "record": self.record})
+                continue
+            self._run_level(lv)
+        if "L5" not in levels:
+            R.set_level(self.record, "L5", "skip", reason=R.NOT_REQUESTED)
+        elif self.record["levels"].get("L1") != "pass":
+            R.set_level(self.record, "L5", "skip", reason="L1 (build and load) did not pass")
+        elif not self.record["details"].get("L1", {}).get("tp_plan"):
+            R.set_level(self.record, "L5", "skip", reason="architecture has no tensor-parallel plan "
+                        "(base_model_tp_plan)")
+        return self._finish(start)
+
+    def _finish(self, start: float) -> dict:
+        R.order_levels(self.record)
+        self.record["timings"]["total"] = round(time.perf_counter() - start, 3)
+        self.cpu_model = self.dev_model = None
+        gc.collect()
+        return self.record
+
+    def _run_level(self, level: str) -> None:
+        self.emit({"event": "level_start", "level": level})
+        t0 = time.perf_counter()
+        try:
+            details = getattr(self, f"level_{level.lower()}")() or {}
+        except BaseException as exc:  # noqa: BLE001 - every failure is a finding to record
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            reason, op = describe_exception(exc)
+            R.set_level(self.record, level, "fail", reason=reason, op=op, seconds=time.perf_counter() - t0,
+                        details=getattr(exc, "details", None))
+        else:
+            R.set_level(self.record, level, "pass", details=details, seconds=time.perf_counter() - t0)
+        finally:
+            try:
+                _reset_compiler()
+            except Exception:  # noqa: BLE001
+                pass
+        self.emit({"event": "level_result", "level": level, "record": self.record})
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def _text_config(self, model):
+        config = model.config
+        getter = getattr(config, "get_text_config", None)
+        return getter() if getter else config
+
+    def _ids(self, batch: int, length: int, seed: int):
+        import torch
+
+        vocab = int(self._text_config(self.cpu_model).vocab_size)
+        low = 3 if vocab > 16 else 0
+        high = min(vocab, 1000)
+        gen = torch.Generator().manual_seed(seed)
+        return torch.randint(low, high, (batch, length), generator=gen)
+
+    # ---- L1: build and load ----------------------------------------------------------------
+    def level_l1(self) -> dict:
+        import torch
+        from hf_neuron.testing import tiny_models
+
+        try:
+            self.model_dir = Path(tiny_models.save_tiny_model(
+                self.spec.model_type, self.workdir / self.spec.model_type, seed=0))
+            cls = tiny_models.model_class_for(self.spec.model_type)
+        except Exception as exc:
+            reason, op = describe_exception(exc, stage="tiny model")
+            raise LevelFailure(reason, op or "hf_neuron.testing.tiny_models") from exc
+        self.record["model_class"] = cls.__name__
+        self.cpu_model = cls.from_pretrained(self.model_dir, dtype=torch.float32).eval()
+        try:
+            self.dev_model, info = cls.from_pretrained(
+                self.model_dir, dtype=torch.float32, device_map=self.device, output_loading_info=True)
+        except Exception as exc:
+            reason, op = describe_exception(exc, stage=f"from_pretrained(device_map={self.device!r})")
+            raise LevelFailure(reason, op) from exc
+        self.dev_model.eval()
+        want = torch.device(self.device).type
+        off_device = [n for n, t in list(self.dev_model.named_parameters()) + list(self.dev_model.named_buffers())
+                      if t.device.type != want]
+        if off_device:
+            raise LevelFailure(f"{len(off_device)} tensors not on {want} after device_map={self.device!r}: "
+                               + ", ".join(off_device[:5]), op="from_pretrained(device_map)")
+        missing = sorted(info.get("missing_keys") or [])
+        if missing:
+            raise LevelFailure("tiny checkpoint reloads with missing (randomly re-initialised) weights, so "
+                               "device and CPU copies differ: " + ", ".join(missing[:5]),
+                               op="save_tiny_model/from_pretrained")
+        n_params = sum(p.numel() for p in self.cpu_model.parameters())
+        tp_plan = bool(getattr(self.cpu_model, "supports_tp_plan", False))
+        return {"parameters": n_params, "tp_plan": tp_plan, "model_dir": str(self.model_dir),
+                "multimodal_text_only": self.spec.kind == KIND_MULTIMODAL}
+
+    # ---- L2: eager forward -----------------------------------------------------------------
+    def level_l2(self) -> dict:
+        import torch
+
+        ids = self._ids(FORWARD_BATCH, FORWARD_LEN, seed=1)
+        mask = torch.ones_like(ids)
+        with torch.no_grad():
+            ref = self.cpu_model(input_ids=ids, attention_mask=mask).logits.float()
+            out = self.dev_model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+            out = out.float().cpu()
+        if out.shape != ref.shape:
+            raise LevelFailure(f"logits shape {tuple(out.shape)} != CPU {tuple(ref.shape)}")
+        if not torch.isfinite(out).all():
+            raise LevelFailure("non-finite logits on device" + ("" if torch.isfinite(ref).all() else " (and on CPU)"))
+        diff = (out - ref).abs().max().item()
+        scale = ref.abs().max().item()
+        details = {"max_abs_diff": diff, "max_abs_logit": scale}
+        if diff > LOGITS_ATOL + LOGITS_RTOL * scale:
+            exc = LevelFailure(f"logits differ from CPU: max abs diff {diff:.3g} (max |logit| {scale:.3g})")
+            exc.details = details
+            raise exc
+        return details
+
+    # ---- L3: greedy generate with the Neuron defaults --------------------------------------
+    def generation_kwargs(self) -> dict:
+        """The Neuron generation defaults, passed explicitly (the adapter applies the same ones to a
+        plain ``generate`` call); sizes are small so the tiny models stay fast."""
+        from transformers import CompileConfig
+
+        kwargs = {
+            "cache_implementation": "static",
+            "max_cache_len": MAX_CACHE_LEN,
+            "prefill_chunk_size": PREFILL_CHUNK,
+        }
+        compile_config = CompileConfig(backend="neuron", fullgraph=False, dynamic=False, mode="default")
+        if self.device.split(":")[0] == "cpu":
+            # Plumbing mode (no Neuron device): compile with a backend every torch has.
+            compile_config = CompileConfig(backend="eager", fullgraph=False, dynamic=False, mode="default")
+            compile_config._compile_all_devices = True
+        kwargs["compile_config"] = compile_config
+        return kwargs
+
+    def level_l3(self) -> dict:
+        import torch
+
+        ids = self._ids(1, PROMPT_LEN, seed=2)
+        mask = torch.ones_like(ids)
+        common = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "do_sample": False}
+        with torch.no_grad():
+            ref = self.cpu_model.generate(input_ids=ids, attention_mask=mask, **common)
+        ref_new = ref[0, ids.shape[1]:].tolist()
+        _reset_compiler()
+        with torch.no_grad(), count_graphs() as counted:
+            out = self.dev_model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                          **common, **self.generation_kwargs())
+        graphs = counted.count
+        self.record["graphs_compiled"]["L3"] = graphs
+        out_new = out[0, -NEW_TOKENS:].cpu().tolist() if out.shape[1] >= NEW_TOKENS else out[0].cpu().tolist()
+        details = {"tokens": out_new, "cpu_tokens": ref_new, "graphs": graphs}
+        if out_new != ref_new:
+            first = next((i for i, (a, b) in enumerate(zip(out_new, ref_new)) if a != b), min(len(out_new), len(ref_new)))
+            exc = LevelFailure(f"greedy tokens differ from CPU eager at new token {first}: "
+                               f"{out_new} vs {ref_new}", op="generate")
+            exc.details = details
+            raise exc
+        return details
+
+    # ---- L4: one training step -------------------------------------------------------------
+    def _train_step(self, model, ids, device, call=None):
+        """Forward with labels and backward through ``call`` (the model itself, or its compiled form);
+        gradients are read from ``model`` so parameter names match across the two."""
+        model.zero_grad(set_to_none=True)
+        out = (model if call is None else call)(input_ids=ids.to(device), labels=ids.to(device))
+        out.loss.backward()
+        grads = {n: (p.grad.detach().float().cpu() if p.grad is not None else None)
+                 for n, p in model.named_parameters() if p.requires_grad}
+        return float(out.loss.detach().float().cpu()), grads
+
+    def _compare_step(self, what, loss, grads, ref_loss, ref_grads) -> dict:
+        import math
+
+        if not math.isfinite(loss):
+            raise LevelFailure(f"{what}: non-finite loss {loss}")
+        if abs(loss - ref_loss) > LOSS_RTOL * max(1.0, abs(ref_loss)):
+            raise LevelFailure(f"{what}: loss {loss:.8g} != CPU {ref_loss:.8g}")
+        worst, worst_name = 0.0, None
+        for name, ref in ref_grads.items():
+            got = grads.get(name)
+            if (ref is None) != (got is None):
+                raise LevelFailure(f"{what}: gradient of {name} is {'missing' if got is None else 'unexpected'}")
+            if ref is None:
+                continue
+            err = (got - ref).abs().max().item()
+            bound = GRAD_ATOL + GRAD_RTOL * ref.abs().max().item()
+            if err / bound > worst:
+                worst, worst_name = err / bound, name
+        if worst > 1.0:
+            raise LevelFailure(f"{what}: gradient of {worst_name} differs from CPU ({worst:.3g}x tolerance)")
+        return {"loss": loss, "worst_grad_error_vs_tolerance": worst}
+
+    def level_l4(self) -> dict:
+        import torch
+
+        ids = self._ids(FORWARD_BATCH, FORWARD_LEN, seed=3)
+        for model in (self.cpu_model, self.dev_model):
+            _zero_stochastic(model)
+            model.train()
+        try:
+            ref_loss, ref_grads = self._train_step(self.cpu_model, ids, "cpu")
+            details = {"cpu_loss": ref_loss}
+            try:
+                loss, grads = self._train_step(self.dev_model, ids, self.device)
+            except Exception as exc:
+                reason, op = describe_exception(exc, stage="eager training step")
+                raise LevelFailure(reason, op) from exc
+            details["eager"] = self._compare_step("eager training step", loss, grads, ref_loss, ref_grads)
+            backend = "eager" if self.device.split(":")[0] == "cpu" else "neuron"
+            _reset_compiler()
+            compiled = torch.compile(self.dev_model, backend=backend, dynamic=False, fullgraph=False)
+            counted = count_graphs()
+            try:
+                with counted:
+                    loss, grads = self._train_step(self.dev_model, ids, self.device, call=compiled)
+            except Exception as exc:
+                reason, op = describe_exception(exc, stage="compiled training step")
+                raise LevelFailure(reason, op) from exc
+            finally:
+                graphs = counted.count
+                self.record["graphs_compiled"]["L4"] = graphs
+            details["graphs"] = graphs
+            details["compiled"] = self._compare_step("compiled training step", loss, grads, ref_loss, ref_grads)
+            return details
+        finally:
+            for model in (self.cpu_model, self.dev_model):
+                model.zero_grad(set_to_none=True)
+                model.eval()

@@ -1,0 +1,159 @@
+"""L5 worker: tensor parallelism (TP = world size) under torchrun equals a single device.
+
+``torchrun --standalone --nproc_per_node=2 -m hf_neuron.compat.tp_worker --device neuron --workdir DIR
+--archs-file FILE --events-file EVENTS``
+
+Every rank loads the tiny checkpoint twice: on its own device alone, and sharded with
+``DistributedConfig(tp_size=world_size)``. The sharded model's logits must match the single-device
+logits within tolerance and its greedy tokens must be identical. Rank 0 appends JSON events
+(``start``, ``result``, or ``fatal``) to EVENTS; one job serves many architectures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from hf_neuron.compat.archs import KIND_TEST, ArchSpec
+
+TP_LOGITS_ATOL, TP_LOGITS_RTOL = 1e-4, 1e-3
+NEW_TOKENS = 8
+
+
+def _emit(path: Path, event: dict) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps(event, default=str) + "\n")
+        fh.flush()
+
+
+def _device_for_rank(device: str, local_rank: int) -> str:
+    kind = device.split(":")[0]
+    return "cpu" if kind == "cpu" else f"{kind}:{local_rank}"
+
+
+def run_tp(spec: ArchSpec, device: str, workdir: Path, world: int) -> dict:
+    import torch
+    from transformers import DistributedConfig
+
+    from hf_neuron.compat.levels import LevelFailure, describe_exception
+    from hf_neuron.testing import tiny_models
+
+    model_dir = workdir / spec.model_type
+    if not (model_dir / "config.json").exists():
+        raise LevelFailure(f"tiny checkpoint {model_dir} missing (L1 did not save it)")
+    cls = tiny_models.model_class_for(spec.model_type)
+    single = cls.from_pretrained(model_dir, dtype=torch.float32, device_map=device).eval()
+    try:
+        sharded = cls.from_pretrained(model_dir, dtype=torch.float32,
+                                      distributed_config=DistributedConfig(tp_size=world)).eval()
+    except Exception as exc:
+        reason, op = describe_exception(exc, stage=f"from_pretrained(DistributedConfig(tp_size={world}))")
+        raise LevelFailure(reason, op) from exc
+    config = single.config.get_text_config() if hasattr(single.config, "get_text_config") else single.config
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randint(3, min(int(config.vocab_size), 1000), (1, 10), generator=gen)
+    mask = torch.ones_like(ids)
+    dev_sharded = next(sharded.parameters()).device
+    with torch.no_grad():
+        ref = single(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float().cpu()
+        out = sharded(input_ids=ids.to(dev_sharded), attention_mask=mask.to(dev_sharded)).logits
+        out = (out.full_tensor() if hasattr(out, "full_tensor") else out).float().cpu()
+        diff = (out - ref).abs().max().item()
+        scale = ref.abs().max().item()
+        details = {"max_abs_diff": diff, "tp_size": world}
+        if diff > TP_LOGITS_ATOL + TP_LOGITS_RTOL * scale:
+            raise LevelFailure(f"TP={world} logits differ from single device: max abs diff {diff:.3g} "
+                               f"(max |logit| {scale:.3g})")
+        common = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "do_sample": False}
+        ref_tokens = single.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **common)
+        tokens = sharded.generate(input_ids=ids.to(dev_sharded), attention_mask=mask.to(dev_sharded), **common)
+    ref_tokens = ref_tokens[0, ids.shape[1]:].cpu().tolist()
+    tokens = tokens[0, ids.shape[1]:].cpu().tolist()
+    details["tokens"] = tokens
+    if tokens != ref_tokens:
+        raise LevelFailure(f"TP={world} greedy tokens differ from single device: {tokens} vs {ref_tokens}",
+                           op="generate")
+    return details
+
+
+def run_fake(spec: ArchSpec) -> dict:
+    from hf_neuron.compat.testing_archs import behaviour, log_run
+
+    log_run(spec.model_type, "L5")
+    if behaviour(spec.model_type) == "tphang":
+        while True:
+            time.sleep(1)
+    return {"tp_size": int(os.environ.get("WORLD_SIZE", "1"))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hf_neuron.compat.tp_worker")
+    parser.add_argument("--device", default="neuron")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--archs-file", required=True)
+    parser.add_argument("--events-file", required=True)
+    args = parser.parse_args(argv)
+
+    faulthandler.enable(all_threads=True)
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    from hf_neuron.compat.worker import watch_parent
+
+    watch_parent()  # a killed torchrun must not leave its ranks behind
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    events = Path(args.events_file)
+    emit = (lambda ev: _emit(events, ev)) if rank == 0 else (lambda ev: None)
+    specs = [ArchSpec.from_json(d) for d in json.loads(Path(args.archs_file).read_text())]
+    real = any(s.kind != KIND_TEST for s in specs)
+
+    dist = None
+    if real:
+        import torch
+        import torch.distributed as dist
+
+        threads = os.environ.get("HF_NEURON_COMPAT_THREADS")
+        if threads:
+            torch.set_num_threads(int(threads))
+        backend = "gloo" if args.device.split(":")[0] == "cpu" else "neuron"
+        try:
+            dist.init_process_group(backend=backend)
+        except Exception as exc:  # noqa: BLE001
+            emit({"event": "fatal", "reason": f"init_process_group(backend={backend!r}) failed: "
+                                              f"{type(exc).__name__}: {exc}"})
+            return 2
+    device = _device_for_rank(args.device, local_rank)
+    from hf_neuron.compat.levels import describe_exception
+
+    for spec in specs:
+        emit({"event": "start", "model_type": spec.model_type})
+        t0 = time.perf_counter()
+        status, reason, op, details = "pass", None, None, None
+        try:
+            details = run_fake(spec) if spec.kind == KIND_TEST else run_tp(spec, device, Path(args.workdir), world)
+        except Exception as exc:  # noqa: BLE001 - recorded
+            status = "fail"
+            reason, op = describe_exception(exc)
+        if dist is not None:
+            # Both ranks must agree: a failure on either one fails the level.
+            outcomes = [None] * world
+            dist.all_gather_object(outcomes, (status, reason, op))
+            for other in outcomes:
+                if other[0] == "fail" and status == "pass":
+                    status, reason, op = other
+        emit({"event": "result", "model_type": spec.model_type, "status": status, "reason": reason, "op": op,
+              "details": details, "seconds": round(time.perf_counter() - t0, 3)})
+    if dist is not None and dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

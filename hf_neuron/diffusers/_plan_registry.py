@@ -1,0 +1,121 @@
+"""The registry the plan tables fill in: which diffusers classes hf_neuron supplies a TP plan or
+``_repeated_blocks`` for, and where upstream defines each class.
+
+Nothing here imports diffusers: the adapter registers its fixes when ``import diffusers`` runs, and
+diffusers' model modules are imported lazily (importing all 75 transformer modules costs seconds).
+Plan bodies are *builders* (functions returning the plan dict) so that the ``PackedColwiseParallel``
+markers they use are imported only once the model's own module is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+TRANSFORMERS_PACKAGE = "diffusers.models.transformers"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassPlan:
+    """A tensor-parallel plan for one diffusers class.
+
+    ``build()`` returns the plan in diffusers' own ``_tp_plan`` format (flat ``{glob: style}``).
+    ``across_heads_norms`` lists globs of RMSNorms that normalise a column-sharded projection over
+    *all* heads at once (``qk_norm="rms_norm_across_heads"``): after sharding, each rank holds only
+    its heads' slice, so hf_neuron swaps them for a norm that all-reduces the sum of squares.
+    ``packed_blocks`` maps a plan glob whose style is a packed one without fixed ``blocks`` to a
+    function of the ModuleList element returning the absolute block sizes (e.g. the attention and MLP
+    widths concatenated at a single-stream block's ``proj_out``); they are set as the
+    ``_tp_packed_*_blocks`` attribute diffusers reads, as Flux's ``__init__`` does upstream.
+    ``sharded_rotary`` maps the path of a rotary-embedding module whose ``(cos, sin)`` span all heads
+    (LTX applies them before splitting heads) to the dimension holding the heads' features (or a
+    function of the module returning it): each rank keeps its own heads' slice of the output.
+    """
+
+    class_name: str
+    module: str  # module under diffusers.models.transformers
+    build: Callable[[], dict]
+    across_heads_norms: tuple[str, ...] = ()
+    packed_blocks: dict = dataclasses.field(default_factory=dict)
+    sharded_rotary: dict = dataclasses.field(default_factory=dict)
+    notes: str = ""
+
+    @property
+    def module_path(self) -> str:
+        return f"{TRANSFORMERS_PACKAGE}.{self.module}"
+
+
+PLANS: dict[str, ClassPlan] = {}
+
+
+def tp_plan(
+    class_name: str,
+    module: str,
+    *,
+    across_heads_norms: tuple[str, ...] = (),
+    packed_blocks: dict | None = None,
+    sharded_rotary: dict | None = None,
+    notes: str = "",
+):
+    """Decorator registering a plan builder for ``class_name`` (defined in ``module``)."""
+
+    def register(build: Callable[[], dict]) -> Callable[[], dict]:
+        PLANS[class_name] = ClassPlan(
+            class_name, module, build, tuple(across_heads_norms), dict(packed_blocks or {}), dict(sharded_rotary or {}),
+            notes,
+        )
+        return build
+
+    return register
+
+
+def module_file(module_path: str) -> Path | None:
+    """The source file of ``module_path`` inside its top-level package, found without importing it.
+
+    ``importlib.util.find_spec`` on a submodule imports its parent packages, which must not happen
+    while ``diffusers`` itself is still being set up (the adapter activates from its import hook).
+    """
+    top, _, rest = module_path.partition(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    base = Path(list(spec.submodule_search_locations)[0]).joinpath(*rest.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@lru_cache(maxsize=None)
+def _module_source(module_path: str) -> str | None:
+    path = module_file(module_path)
+    return path.read_text(encoding="utf-8") if path is not None else None
+
+
+def class_body_source(module_path: str, class_name: str) -> str | None:
+    """Source of ``class_name``'s body in ``module_path``, read without importing the module."""
+    source = _module_source(module_path)
+    if source is None:
+        return None
+    start = re.search(rf"^class {re.escape(class_name)}\b.*$", source, re.M)
+    if start is None:
+        return None
+    end = re.search(r"^(?:class |def |@)", source[start.end():], re.M)
+    return source[start.end(): start.end() + end.start()] if end else source[start.end():]
+
+
+def class_assigns(module_path: str, class_name: str, attribute: str) -> bool | None:
+    """Whether upstream's class body assigns ``attribute`` a non-empty value (None: class not found).
+
+    This is the cheap, import-free half of the detection; the hook that installs our value when the
+    module is imported checks the real class attribute again (inherited values included).
+    """
+    body = class_body_source(module_path, class_name)
+    if body is None:
+        return None
+    match = re.search(rf"^\s+{attribute}\s*(?::[^=\n]*)?=\s*(.+)$", body, re.M)
+    return match is not None and match.group(1).strip() not in ("None", "[]", "()", "{}")

@@ -1,0 +1,120 @@
+"""Installing the simulated device into this process's torch."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import torch
+
+from hf_neuron.simulator import _extension, config, device_module, torch_neuronx_shim
+
+_installed = False
+
+
+def _ops_needing_cpu_path() -> list[str]:
+    """aten ops that have a CPU kernel *and* a composite one.
+
+    With only a boxed fallback, the dispatcher gives PrivateUse1 the composite kernel of such ops
+    (layer norm, for one), which differs from the CPU kernel in the last bits. We route them to the
+    CPU kernel explicitly so results are bit-identical to CPU.
+    """
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    names = []
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::") or not has(name, "CPU"):
+            continue
+        if has(name, "CompositeExplicitAutograd") or has(name, "CompositeExplicitAutogradNonFunctional"):
+            names.append(name)
+    return names
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    host = config.host_from_env()
+    C = _extension.load()
+
+    torch.utils.rename_privateuse1_backend("neuron")
+    C.configure(host.device_count, host.bytes_per_device)
+    C.set_strict_dtypes(config.strict_dtypes_from_env())
+    device_module._host = host
+    torch._register_device_module("neuron", device_module)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+    C.register_cpu_path(_ops_needing_cpu_path())
+    torch_neuronx_shim.install_finder()
+    _install_cpu_only_warnings()
+    _quiet_tensor_printing(C)
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    if host.device_count:
+        device_module.set_device(min(local_rank, host.device_count - 1))
+    _installed = True
+
+
+def _quiet_tensor_printing(C) -> None:
+    """Printing a tensor formats it through float64; on neuron that must not warn (or raise in strict mode)."""
+    import torch._tensor_str as tensor_str
+
+    original = tensor_str._str
+    if getattr(original, "_hf_neuron_wrapped", False):
+        return
+
+    def _str(self, *, tensor_contents=None):
+        if self.device.type != "neuron":
+            return original(self, tensor_contents=tensor_contents)
+        C.set_quiet(True)
+        try:
+            return original(self, tensor_contents=tensor_contents)
+        finally:
+            C.set_quiet(False)
+
+    _str._hf_neuron_wrapped = True
+    tensor_str._str = _str
+
+
+def _warn_runs_on_cpu(feature: str) -> None:
+    warnings.warn(
+        f"{feature} has no Neuron kernels: on Trainium it runs on the CPU. The simulator runs it as usual.",
+        stacklevel=3,
+    )
+
+
+def _install_cpu_only_warnings() -> None:
+    """Warn once where TorchNeuron has no kernels (forward-mode AD, nested tensors) for neuron inputs."""
+    import functools
+
+    import torch.autograd.forward_ad as fwad
+
+    warned: set[str] = set()
+
+    def wrap(owner, attr: str, feature: str, is_neuron):
+        original = getattr(owner, attr)
+        if getattr(original, "_hf_neuron_wrapped", False):
+            return
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            if feature not in warned and is_neuron(*args, **kwargs):
+                warned.add(feature)
+                _warn_runs_on_cpu(feature)
+            return original(*args, **kwargs)
+
+        wrapper._hf_neuron_wrapped = True
+        setattr(owner, attr, wrapper)
+
+    def first_tensor_on_neuron(tensor, *a, **k):
+        return isinstance(tensor, torch.Tensor) and tensor.device.type == "neuron"
+
+    def nested_on_neuron(tensors, *a, device=None, **k):
+        if device is not None and torch.device(device).type == "neuron":
+            return True
+        return any(isinstance(t, torch.Tensor) and t.device.type == "neuron" for t in tensors)
+
+    wrap(fwad, "make_dual", "Forward-mode AD", first_tensor_on_neuron)
+    wrap(torch.nested, "nested_tensor", "A nested tensor", nested_on_neuron)
+    wrap(torch.nested, "as_nested_tensor", "A nested tensor", nested_on_neuron)

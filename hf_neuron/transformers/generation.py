@@ -1,0 +1,465 @@
+"""``generate()`` that compiles exactly two graphs per (batch size, ``max_cache_len``) on Neuron.
+
+On Trainium every distinct graph is a neuronx-cc compile of minutes, so generation must reuse one
+prefill-chunk graph and one decode graph. Upstream Transformers already has the pieces (static
+cache, chunked prefill, the "neuron" auto-compile path); these fixes close the gaps that make it
+compile more graphs than that, and fill in the recipe for a model on a neuron device:
+
+- ``generate-prefill-chunk-strides``: prefill chunks of ``position_ids`` are views of the whole
+  prompt's tensor, so their stride (and Dynamo's guard) changes with the prompt length.
+- ``generate-compiled-prefill-mask``: the first chunk may get no mask (SDPA ``is_causal`` skip)
+  and the next ones a mask tensor: two prefill graphs.
+- ``generate-pad-prompt-to-chunk``: a prompt that is not a multiple of the chunk size ends with a
+  shorter chunk: one more graph per distinct remainder. We left-pad inside ``generate``.
+- ``generate-max-cache-len-check``: a prompt that does not fit ``max_cache_len`` silently grows
+  the cache (new graphs); we raise before anything compiles.
+- ``generate-neuron-defaults``: static cache, ``max_cache_len``, ``prefill_chunk_size`` and a
+  static-shape "neuron" compile config, where the user set none.
+
+The sliding-window cache fix lives in :mod:`hf_neuron.transformers.cache`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+import logging
+
+import torch
+
+from hf_neuron.transformers._patching import is_enabled, wrap
+from hf_neuron.transformers._registry import transformers_fix
+
+logger = logging.getLogger("hf_neuron")
+
+#: ``max_cache_len`` used for a model on Neuron when the user sets none. Every graph is compiled for
+#: this cache length; prompt + max_new_tokens must fit in it.
+DEFAULT_MAX_CACHE_LEN = 1024
+#: ``prefill_chunk_size`` used when the user sets none (capped to ``max_cache_len``).
+DEFAULT_PREFILL_CHUNK_SIZE = 512
+
+GENERATION_MODULE = "transformers.generation.utils"
+
+STRIDES_FIX = "generate-prefill-chunk-strides"
+MASK_FIX = "generate-compiled-prefill-mask"
+PAD_FIX = "generate-pad-prompt-to-chunk"
+FIT_FIX = "generate-max-cache-len-check"
+DEFAULTS_FIX = "generate-neuron-defaults"
+
+
+def resolve_prefill_chunk_size(prefill_chunk_size: int | None = None, max_cache_len: int | None = None) -> int:
+    """The chunk size generate uses on Neuron: the given one, else our default capped to the cache."""
+    if prefill_chunk_size is not None:
+        return int(prefill_chunk_size)
+    return min(DEFAULT_PREFILL_CHUNK_SIZE, max_cache_len or DEFAULT_MAX_CACHE_LEN)
+
+
+def _static_cache_implementations() -> tuple[str, ...]:
+    from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
+
+    return tuple(ALL_STATIC_CACHE_IMPLEMENTATIONS)
+
+
+def _on_neuron(model) -> bool:
+    device = getattr(model, "device", None)
+    return isinstance(device, torch.device) and device.type == "neuron"
+
+
+def _will_compile(model, generation_config) -> bool:
+    """Whether this generate call is set up to compile (Neuron, or an explicit compile config)."""
+    if generation_config.disable_compile:
+        return False
+    return _on_neuron(model) or generation_config.compile_config is not None
+
+
+# ----------------------------------------------------------------------------- chunk strides
+
+
+def _dense_strides(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(int(size), 1)
+    return tuple(reversed(strides))
+
+
+def _prepare_inputs_with_dense_strides(original, self, *args, **kwargs):
+    model_inputs = original(self, *args, **kwargs)
+    for key, value in list(model_inputs.items()):
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.stride() != _dense_strides(value.shape):
+            model_inputs[key] = value.clone(memory_format=torch.contiguous_format)
+    return model_inputs
+
+
+def _chunk_inputs_keep_parent_strides() -> bool:
+    import types
+
+    from transformers.generation.utils import GenerationMixin
+
+    probe = types.SimpleNamespace(
+        config=types.SimpleNamespace(is_encoder_decoder=False),
+        device=torch.device("meta"),
+        dtype=torch.float32,
+        is_remote_code=lambda: False,
+    )
+    whole = torch.arange(8).unsqueeze(0)
+    chunk = whole[..., 2:4]
+    inputs = GenerationMixin.prepare_inputs_for_generation(
+        probe, torch.zeros(1, 2, dtype=torch.long), position_ids=chunk, use_cache=True
+    )
+    return inputs["position_ids"].stride() != _dense_strides(chunk.shape)
+
+
+@transformers_fix(STRIDES_FIX, GENERATION_MODULE, detect=_chunk_inputs_keep_parent_strides)
+def patch_prefill_chunk_strides() -> None:
+    """Each prefill chunk has different input strides, so Dynamo compiles one graph per prompt length.
+
+    Gap: ``_prefill`` slices ``position_ids[..., start:end]`` out of the whole prompt's tensor and
+    ``prepare_inputs_for_generation`` passes the view on, whose stride is the prompt length; Dynamo
+    guards on strides (measured: 6 graphs for 8 prompts padded to a multiple of the chunk).
+    Detected by preparing inputs from such a view and looking at the strides. Patch: model inputs
+    with non-dense strides are cloned to contiguous tensors (small: ids and positions).
+    """
+    from transformers.generation.utils import GenerationMixin
+
+    wrap(STRIDES_FIX, GenerationMixin, "prepare_inputs_for_generation", _prepare_inputs_with_dense_strides)
+
+
+# ----------------------------------------------------------------------------- prefill masks
+
+_compiled_prefill: contextvars.ContextVar[bool] = contextvars.ContextVar("hf_neuron_compiled_prefill", default=False)
+
+
+def _prefill_flagging_compiled_masks(original, self, input_ids, generation_config, model_kwargs, *args, **kwargs):
+    compiled = generation_config.prefill_chunk_size is not None and self._valid_auto_compile_criteria(
+        model_kwargs, generation_config
+    )
+    token = _compiled_prefill.set(bool(compiled))
+    try:
+        return original(self, input_ids, generation_config, model_kwargs, *args, **kwargs)
+    finally:
+        _compiled_prefill.reset(token)
+
+
+def _sdpa_mask_materialized_in_compiled_prefill(original, *args, **kwargs):
+    if _compiled_prefill.get():
+        kwargs["allow_is_causal_skip"] = False
+    return original(*args, **kwargs)
+
+
+def _sdpa_skips_static_prefill_mask() -> bool:
+    from transformers.masking_utils import sdpa_mask
+
+    mask = sdpa_mask(
+        batch_size=1,
+        q_length=2,
+        kv_length=4,
+        q_offset=torch.tensor(0),
+        attention_mask=torch.ones(1, 2, dtype=torch.bool),
+    )
+    return mask is None
+
+
+@transformers_fix(MASK_FIX, GENERATION_MODULE, detect=_sdpa_skips_static_prefill_mask)
+def patch_compiled_prefill_mask() -> None:
+    """A compiled chunked prefill gets a mask tensor for some chunks and ``None`` for others.
+
+    Gap: with SDPA, the mask of a chunk whose keys need no padding mask is skipped (``is_causal``),
+    on the assumption that prefill is not compiled; with ``prefill_chunk_size`` it is, so the
+    ``None`` and tensor masks make two prefill graphs. Detected by asking ``sdpa_mask`` for the
+    first chunk of a static cache. Patch: while ``generate`` runs a compiled chunked prefill, the
+    registered "sdpa" mask function always materializes the mask.
+    """
+    from transformers.generation.utils import GenerationMixin
+    from transformers.masking_utils import AttentionMaskInterface
+
+    wrap(MASK_FIX, GenerationMixin, "_prefill", _prefill_flagging_compiled_masks)
+    wrap(
+        MASK_FIX,
+        AttentionMaskInterface._global_mapping,
+        "sdpa",
+        _sdpa_mask_materialized_in_compiled_prefill,
+        mapping=True,
+    )
+
+
+# ----------------------------------------------------------------------------- prompt padding
+
+_warned_no_room = False
+
+
+def _full_attention_capacity(cache) -> int | None:
+    """Slots of the non-sliding static layers (sliding layers never run out)."""
+    capacities = [
+        layer.max_cache_len
+        for layer in getattr(cache, "layers", ())
+        if hasattr(layer, "max_cache_len") and not getattr(layer, "is_sliding", False)
+    ]
+    return min(capacities) if capacities else None
+
+
+def _prompt_padding(self, input_ids, generation_config, model_kwargs, is_first_iteration) -> int:
+    """Tokens to add on the left so that every prefill chunk is full, or 0."""
+    from transformers.generation.utils import MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL
+
+    chunk = generation_config.prefill_chunk_size
+    if not chunk or not is_first_iteration or self.config.is_encoder_decoder or input_ids.dim() != 2:
+        return 0
+    length = input_ids.shape[1]
+    padding = -length % chunk
+    if padding == 0 or model_kwargs.get("inputs_embeds") is not None:
+        return 0
+    if any(model_kwargs.get(key) is not None for key in MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL):
+        return 0
+    if any(model_kwargs.get(key) is not None for key in ("mm_token_type_ids", "moe_mm_token_type_ids")):
+        return 0
+    cache = model_kwargs.get("past_key_values")
+    if cache is None or not getattr(cache, "is_compileable", False) or int(cache.get_seq_length()) != 0:
+        return 0
+    if generation_config._pad_token_tensor is None:
+        return 0
+    if not self._valid_auto_compile_criteria(model_kwargs, generation_config):
+        return 0
+    capacity = _full_attention_capacity(cache)
+    new_tokens = generation_config.max_length - length
+    if capacity is not None and length + padding + new_tokens - 1 > capacity:
+        global _warned_no_room
+        if not _warned_no_room:
+            _warned_no_room = True
+            logger.warning(
+                "hf_neuron: the prompt (%d tokens) padded to a multiple of prefill_chunk_size=%d plus "
+                "max_new_tokens=%d does not fit the static cache (%d slots); generating without padding, "
+                "which compiles one more prefill graph. Raise max_cache_len to avoid it.",
+                length,
+                chunk,
+                new_tokens,
+                capacity,
+            )
+        return 0
+    return padding
+
+
+def _prefill_with_padded_prompt(original, self, input_ids, generation_config, model_kwargs, *args, **kwargs):
+    padding = _prompt_padding(self, input_ids, generation_config, model_kwargs, kwargs.get("is_first_iteration", True))
+    if padding:
+        batch, length = input_ids.shape
+        attention_mask = model_kwargs.get("attention_mask")
+        if attention_mask is None:
+            attention_mask = input_ids.new_ones((batch, length))
+        pad_id = generation_config._pad_token_tensor.to(input_ids.device)
+        input_ids = torch.cat([pad_id.expand(batch, padding).to(input_ids.dtype), input_ids], dim=-1)
+        model_kwargs["attention_mask"] = torch.nn.functional.pad(attention_mask, (padding, 0), value=0)
+        for key in ("position_ids", "token_type_ids"):
+            if model_kwargs.get(key) is not None:
+                model_kwargs[key] = torch.nn.functional.pad(model_kwargs[key], (padding, 0), value=0)
+    return original(self, input_ids, generation_config, model_kwargs, *args, **kwargs)
+
+
+def _generate_leaves_last_chunk_short() -> bool:
+    import types
+
+    from transformers import GenerationConfig
+    from transformers.generation.utils import GenerationMixin
+
+    chunk_lengths = []
+
+    class _Probe(GenerationMixin):
+        config = types.SimpleNamespace(is_encoder_decoder=False)
+        device = torch.device("meta")
+        dtype = torch.float32
+
+        def is_remote_code(self):
+            return False
+
+        def _valid_auto_compile_criteria(self, model_kwargs, generation_config):
+            return True
+
+        def get_compiled_call(self, compile_config):
+            return self.__call__
+
+        def __call__(self, input_ids=None, past_key_values=None, **kwargs):
+            chunk_lengths.append(input_ids.shape[-1])
+            return types.SimpleNamespace(past_key_values=past_key_values)
+
+    cache = types.SimpleNamespace(get_seq_length=lambda: 0, is_compileable=True)
+    generation_config = GenerationConfig(prefill_chunk_size=4, pad_token_id=0, max_length=8)
+    generation_config._pad_token_tensor = torch.tensor(0)
+    model_kwargs = {"past_key_values": cache, "attention_mask": torch.ones(1, 6, dtype=torch.long)}
+    GenerationMixin._prefill(_Probe(), torch.ones(1, 6, dtype=torch.long), generation_config, model_kwargs)
+    return chunk_lengths[-1] != chunk_lengths[0]
+
+
+@transformers_fix(PAD_FIX, GENERATION_MODULE, detect=_generate_leaves_last_chunk_short)
+def patch_pad_prompt_to_chunk() -> None:
+    """A prompt whose length is not a multiple of ``prefill_chunk_size`` compiles one more graph.
+
+    Gap: chunked prefill splits the prompt into full chunks and a remainder; every distinct
+    remainder is a new static shape (measured: 21 graphs for 8 unpadded prompts). Detected by running
+    upstream ``_prefill`` on a probe model and comparing the chunk lengths. Patch: when the prefill
+    is compiled, ``generate`` left-pads the prompt batch to a multiple of the chunk size with the pad
+    token, a zero attention mask and zero positions (what tokenizer left padding gives) for the
+    prefill only: the returned sequences and ``max_new_tokens`` are unchanged.
+    """
+    from transformers.generation.utils import GenerationMixin
+
+    wrap(PAD_FIX, GenerationMixin, "_prefill", _prefill_with_padded_prompt)
+
+
+# ----------------------------------------------------------------------------- max_cache_len check
+
+
+def _check_prompt_fits(original, self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length):
+    limit = generation_config.max_cache_len
+    if (
+        limit is not None
+        and generation_config.cache_implementation in _static_cache_implementations()
+        and model_kwargs.get("past_key_values") is None
+        and _will_compile(self, generation_config)
+    ):
+        needed = max_cache_length + 1  # generate sizes the cache max_length - 1 = prompt + max_new_tokens - 1
+        if needed > limit:
+            new = generation_config.max_new_tokens
+            what = f"prompt ({needed - new} tokens) + max_new_tokens ({new})" if new is not None else "max_length"
+            raise ValueError(
+                f"{what} = {needed} does not fit max_cache_len={limit}. The static cache, and every graph "
+                f"compiled for it, is sized by max_cache_len; pass generate(..., max_cache_len=N) with "
+                f"N >= {needed} (each value compiles its own graphs), or shorten the prompt or max_new_tokens."
+            )
+    return original(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length)
+
+
+def _cache_grows_past_max_cache_len() -> bool:
+    from transformers import GenerationConfig, LlamaConfig
+    from transformers.generation.utils import GenerationMixin
+
+    class _Probe(GenerationMixin):
+        config = LlamaConfig(num_hidden_layers=1, hidden_size=8, num_attention_heads=1, intermediate_size=8)
+        device = torch.device("cpu")
+        dtype = torch.float32
+
+    generation_config = GenerationConfig(
+        cache_implementation="static", max_cache_len=4, num_beams=1, num_return_sequences=1, use_cache=True
+    )
+    generation_config.compile_config = None
+    model_kwargs: dict = {}
+    try:
+        _Probe()._prepare_cache_for_generation(generation_config, model_kwargs, None, 1, 16)
+    except ValueError:
+        return False
+    return model_kwargs["past_key_values"].max_cache_len > 4
+
+
+@transformers_fix(FIT_FIX, GENERATION_MODULE, detect=_cache_grows_past_max_cache_len)
+def patch_max_cache_len_check() -> None:
+    """A prompt that does not fit ``max_cache_len`` silently grows the static cache (and recompiles).
+
+    Gap: ``generate`` sizes the static cache ``max(prompt + max_new_tokens - 1, max_cache_len)``,
+    so an oversized request gets a new cache shape, new graphs, and a larger cache for every later
+    call. Detected by preparing a static cache for more tokens than ``max_cache_len``. Patch: when
+    the call compiles (model on Neuron or a compile config given), prompt + max_new_tokens >
+    max_cache_len raises a ValueError saying what to change, before the cache is allocated.
+    """
+    from transformers.generation.utils import GenerationMixin
+
+    wrap(FIT_FIX, GenerationMixin, "_prepare_cache_for_generation", _check_prompt_fits)
+
+
+# ----------------------------------------------------------------------------- defaults
+
+_logged_defaults: set[tuple] = set()
+
+
+def _neuron_compile_config(model, compile_config):
+    from transformers import CompileConfig
+
+    if compile_config is None:
+        default = model._default_compile_config() if hasattr(model, "_default_compile_config") else None
+        if default is not None and (default.backend, default.dynamic, default.mode) == ("neuron", False, "default"):
+            return None, None  # upstream's own default for a neuron device is right
+        return CompileConfig(backend="neuron", fullgraph=False, dynamic=False, mode="default"), "compile_config"
+    if compile_config.backend != "neuron":
+        return compile_config, None
+    changed = []
+    # The dataclass default mode ("reduce-overhead") means "not set"; TorchNeuron only has "default".
+    if compile_config.mode == CompileConfig.mode:
+        changed.append("mode")
+    if compile_config.dynamic is None:
+        changed.append("dynamic")
+    if not changed:
+        return compile_config, None
+    compile_config = copy.copy(compile_config)
+    if "mode" in changed:
+        compile_config.mode = "default"
+    if "dynamic" in changed:
+        compile_config.dynamic = False
+    return compile_config, "compile_config." + "/".join(changed)
+
+
+def _prepare_generation_config_with_neuron_defaults(original, self, generation_config=None, **kwargs):
+    generation_config, model_kwargs = original(self, generation_config, **kwargs)
+    if not _on_neuron(self) or generation_config.use_cache is False:
+        return generation_config, model_kwargs
+    applied = []
+    user_cache = model_kwargs.get("past_key_values") is not None
+    if (
+        generation_config.cache_implementation is None
+        and "cache_implementation" not in kwargs
+        and not user_cache
+        and getattr(self, "_can_compile_fullgraph", False)
+        and self._supports_default_dynamic_cache()
+    ):
+        generation_config.cache_implementation = "static"
+        applied.append("cache_implementation='static'")
+    if generation_config.cache_implementation in _static_cache_implementations():
+        if generation_config.max_cache_len is None and "max_cache_len" not in kwargs:
+            generation_config.max_cache_len = DEFAULT_MAX_CACHE_LEN
+            applied.append(f"max_cache_len={DEFAULT_MAX_CACHE_LEN}")
+        if generation_config.prefill_chunk_size is None and "prefill_chunk_size" not in kwargs:
+            generation_config.prefill_chunk_size = resolve_prefill_chunk_size(None, generation_config.max_cache_len)
+            applied.append(f"prefill_chunk_size={generation_config.prefill_chunk_size}")
+    compile_config, what = _neuron_compile_config(self, generation_config.compile_config)
+    if what is not None:
+        generation_config.compile_config = compile_config
+        applied.append(f"{what} (backend='neuron', dynamic=False, mode='default')")
+    key = tuple(applied)
+    if applied and key not in _logged_defaults:
+        _logged_defaults.add(key)
+        logger.info("hf_neuron: generate() defaults for a model on Neuron (not set by you): %s", ", ".join(applied))
+    return generation_config, model_kwargs
+
+
+def _no_neuron_generation_defaults() -> bool:
+    import types
+
+    from transformers import GenerationConfig, PretrainedConfig
+    from transformers.generation.utils import GenerationMixin
+
+    probe = types.SimpleNamespace(config=PretrainedConfig(), generation_config=GenerationConfig())
+    probe.device = torch.device("meta")  # the merge does not look at the device upstream
+    generation_config, _ = GenerationMixin._prepare_generation_config(probe, None)
+    return generation_config.cache_implementation is None or generation_config.prefill_chunk_size is None
+
+
+@transformers_fix(DEFAULTS_FIX, GENERATION_MODULE, detect=_no_neuron_generation_defaults)
+def patch_neuron_generation_defaults() -> None:
+    """Generation on Neuron needs a hand-typed recipe to compile at all (static cache, chunking, backend).
+
+    Gap: without ``cache_implementation="static"`` generate does not compile; without
+    ``max_cache_len`` and ``prefill_chunk_size`` shapes follow each prompt; a ``CompileConfig`` left
+    at its defaults passes ``mode="reduce-overhead"`` (and automatic dynamic shapes) to the "neuron"
+    backend. Detected by merging an empty generation config: upstream leaves these unset. Patch: for
+    a model on a neuron device, fill only what the user did not set - static cache,
+    ``max_cache_len=1024``, ``prefill_chunk_size=min(512, max_cache_len)``, and a "neuron" compile
+    config with ``dynamic=False, mode="default"`` - logged once at info level.
+    """
+    from transformers.generation.utils import GenerationMixin
+
+    wrap(DEFAULTS_FIX, GenerationMixin, "_prepare_generation_config", _prepare_generation_config_with_neuron_defaults)
+
+
+__all__ = [
+    "DEFAULT_MAX_CACHE_LEN",
+    "DEFAULT_PREFILL_CHUNK_SIZE",
+    "is_enabled",
+    "resolve_prefill_chunk_size",
+]

@@ -1,0 +1,58 @@
+"""Tokenizing prompts the way ``generate`` on Neuron wants them: left padded to a multiple of the
+prefill chunk size, so that every prefill chunk has the one compiled shape.
+
+``generate`` pads an unpadded batch itself (fix ``generate-pad-prompt-to-chunk``); padding up front
+gives the same tensors and lets you see them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hf_neuron.transformers.generation import resolve_prefill_chunk_size
+
+
+def _chunk_size_for(model, prefill_chunk_size: int | None, max_cache_len: int | None) -> int:
+    if prefill_chunk_size is None and model is not None:
+        prefill_chunk_size = getattr(model.generation_config, "prefill_chunk_size", None)
+        if max_cache_len is None:
+            max_cache_len = getattr(model.generation_config, "max_cache_len", None)
+    return resolve_prefill_chunk_size(prefill_chunk_size, max_cache_len)
+
+
+def generation_padding_kwargs(
+    prefill_chunk_size: int | None = None, *, model=None, max_cache_len: int | None = None
+) -> dict[str, Any]:
+    """Keyword arguments for ``tokenizer(...)`` or ``tokenizer.apply_chat_template(...)``.
+
+    ``padding=True, padding_side="left", pad_to_multiple_of=<chunk>``, where the chunk is
+    ``prefill_chunk_size``, else the model's ``generation_config.prefill_chunk_size``, else the
+    default generate uses on Neuron (512, capped to ``max_cache_len``).
+    """
+    return {
+        "padding": True,
+        "padding_side": "left",
+        "pad_to_multiple_of": _chunk_size_for(model, prefill_chunk_size, max_cache_len),
+    }
+
+
+def tokenize_prompts(
+    tokenizer,
+    prompts: str | list[str],
+    *,
+    prefill_chunk_size: int | None = None,
+    model=None,
+    max_cache_len: int | None = None,
+    return_tensors: str = "pt",
+    **kwargs,
+):
+    """``tokenizer(prompts, ...)`` left padded to a multiple of the prefill chunk size.
+
+    Other keyword arguments go to the tokenizer. Example::
+
+        inputs = tokenize_prompts(tokenizer, ["Hello", "The capital of France is"], model=model)
+        model.generate(**inputs.to(model.device), max_new_tokens=32)
+    """
+    padding = generation_padding_kwargs(prefill_chunk_size, model=model, max_cache_len=max_cache_len)
+    padding.update(kwargs)
+    return tokenizer(prompts, return_tensors=return_tensors, **padding)

@@ -1,0 +1,119 @@
+"""Compilation defaults for TRL trainers on Neuron, applied when a trainer is created.
+
+- ``trl.static_shapes_on_neuron``: after a second input shape, Dynamo's ``automatic_dynamic_shapes``
+  recompiles the graph with symbolic sizes, which the Neuron backend rejects (it compiles static
+  shapes only). Training recipes for Neuron turn it off by hand; hf_neuron turns it off when a TRL
+  trainer compiles on Neuron, unless the user set it (in Python or through
+  ``TORCH_DYNAMO_AUTOMATIC_DYNAMIC_SHAPES``).
+- ``trl.neuron_compile_hint``: without ``torch_compile`` the Trainer runs eagerly, the slow path on
+  Neuron; nothing says so. hf_neuron logs a one-line hint (main process, once).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from hf_neuron.fixes import fix
+from hf_neuron.trl._common import BASE_TRAINER_MODULE, device_type_of, mark_patched, module_ast, when_ready
+
+logger = logging.getLogger("hf_neuron")
+
+DYNAMIC_SHAPES_ENV = "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_SHAPES"
+COMPILE_HINT = (
+    "hf_neuron: training on Neuron without torch.compile runs eagerly (the slow path); pass "
+    "--torch_compile true (or torch_compile=True in the config) to compile with the 'neuron' backend."
+)
+
+# name -> callable(trainer) run after the trainer's __init__, in registration order.
+_init_hooks: dict[str, object] = {}
+_hint_logged = False
+
+
+def _base_trainer_mentions(text: str) -> bool:
+    tree = module_ast(BASE_TRAINER_MODULE)
+    if tree is None:
+        return True  # no base trainer to patch: nothing we can do
+    import ast
+
+    return text in ast.unparse(tree)
+
+
+def _user_set_automatic_dynamic_shapes() -> bool:
+    import torch._dynamo.config as dynamo_config
+
+    if DYNAMIC_SHAPES_ENV in os.environ:
+        return True
+    is_default = getattr(dynamo_config, "_is_default", None)
+    if is_default is None:
+        return dynamo_config.automatic_dynamic_shapes is not True
+    return not is_default("automatic_dynamic_shapes")
+
+
+def static_shapes_hook(trainer) -> None:
+    args = trainer.args
+    if not getattr(args, "torch_compile", False) or device_type_of(args) != "neuron":
+        return
+    import torch._dynamo.config as dynamo_config
+
+    if not dynamo_config.automatic_dynamic_shapes or _user_set_automatic_dynamic_shapes():
+        return
+    dynamo_config.automatic_dynamic_shapes = False
+    logger.info(
+        "hf_neuron: torch._dynamo.config.automatic_dynamic_shapes=False for Neuron training (the backend "
+        "compiles static shapes only); set it yourself to change this."
+    )
+
+
+def compile_hint_hook(trainer) -> None:
+    global _hint_logged
+    args = trainer.args
+    if _hint_logged or getattr(args, "torch_compile", False) or device_type_of(args) != "neuron":
+        return
+    _hint_logged = True
+    if getattr(args, "process_index", 0) == 0:
+        logger.warning(COMPILE_HINT)
+
+
+def _patch_base_trainer(module) -> None:
+    cls = getattr(module, "_BaseTrainer", None)
+    if cls is None:
+        return
+    current = cls.__dict__.get("__init__")
+    if current is not None and getattr(current, "__hf_neuron_patched__", False):
+        return
+    original = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        for hook in list(_init_hooks.values()):
+            hook(self)
+
+    cls.__init__ = mark_patched(__init__, original)
+
+
+def _install(name: str, hook) -> None:
+    _init_hooks[name] = hook
+    when_ready(BASE_TRAINER_MODULE, _patch_base_trainer)
+
+
+@fix("trl.static_shapes_on_neuron", "trl", lambda: not _base_trainer_mentions("automatic_dynamic_shapes"))
+def install_static_shapes() -> None:
+    """TRL leaves Dynamo's `automatic_dynamic_shapes` on, so the second batch shape of a compiled Neuron
+    run recompiles with symbolic sizes, which the Neuron backend rejects. hf_neuron turns it off when a
+    TRL trainer compiles on Neuron, unless the user set it.
+
+    Detected from TRL's base trainer source (it never mentions `automatic_dynamic_shapes`) and, at
+    trainer creation, from the Dynamo config (left at its default).
+    """
+    _install("static_shapes", static_shapes_hook)
+
+
+@fix("trl.neuron_compile_hint", "trl", lambda: not _base_trainer_mentions("torch_compile"))
+def install_compile_hint() -> None:
+    """Nothing tells a Neuron user that training without `torch_compile` is the slow (eager) path.
+    hf_neuron logs a one-line hint when a TRL trainer is created on Neuron with `torch_compile` off.
+
+    Detected from TRL's base trainer source: it never looks at `torch_compile`.
+    """
+    _install("compile_hint", compile_hint_hook)

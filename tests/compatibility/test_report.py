@@ -1,0 +1,63 @@
+"""README table and coverage chart regenerated from a results file."""
+
+from hf_neuron.compat import report
+from hf_neuron.compat import results as R
+from hf_neuron.compat.archs import load_ranking
+
+from compat_helpers import run_compat
+
+
+def _results():
+    ranking = load_ranking()
+    results = R.new_results("5.23.0", "2.13.0", "simulated")
+    for spec in ranking:
+        rec = R.new_record(spec)
+        if spec.kind == "remote_code":
+            for lv in R.LEVELS:
+                R.set_level(rec, lv, "skip", reason="not testable here: needs remote code")
+        elif spec.rank % 10 == 0:
+            R.set_level(rec, "L1", "pass")
+            R.set_level(rec, "L2", "pass")
+            R.set_level(rec, "L3", "fail", reason="Unsupported: dynamic shape | data-dependent 7", op="aten::nonzero")
+            for lv in ("L4", "L5"):
+                R.set_level(rec, lv, "skip", reason="x")
+        else:
+            for lv in R.LEVELS:
+                R.set_level(rec, lv, "pass")
+            rec["graphs_compiled"]["L3"] = 3 if spec.rank == 1 else 2
+        R.upsert(results, rec)
+    return results
+
+
+def test_readme_block_is_regenerated_and_the_rest_kept(tmp_path):
+    path = tmp_path / "r.json"
+    R.write_atomic(path, _results())
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Hand-written\n\nintro\n\n{report.BEGIN}\nold table\n{report.END}\n\n## Footer\n")
+    report.update_readme(readme, [path])
+    text = readme.read_text()
+    assert text.startswith("# Hand-written\n\nintro\n") and text.rstrip().endswith("## Footer")
+    assert "old table" not in text
+    assert "**89 of the top-100 text-generation architectures run on Neuron**" in text
+    assert "| L3 | greedy generate" in text and "| 89 | 10 | 1 |" in text
+    assert "`kimi_k2`" in text and "not testable" in text.lower()
+    assert "`mistral3`" in text  # multimodal entries named
+    # grouped failure reasons (numbers normalised, the pipe escaped), and the per-architecture row
+    assert "| 10 | L3: Unsupported: dynamic shape \\| data-dependent N |" in text
+    assert "| 10 | `glm` |" in text or "`glm`" in text
+    assert "`qwen3` (3)" in text  # more than 2 graphs is reported
+    assert "optimum-neuron 0.4.5" in text and "8 of which are in this top-100" in text
+    chart = tmp_path / "coverage-5.23.0-simulated.png"
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "](coverage-5.23.0-simulated.png)" in text
+    # regenerating is idempotent
+    report.update_readme(readme, [path])
+    assert readme.read_text() == text
+
+
+def test_report_only_from_the_cli(tmp_path):
+    path = tmp_path / "r.json"
+    R.write_atomic(path, _results())
+    readme = tmp_path / "README.md"
+    assert run_compat("--report-only", "--output", path, "--readme", readme) == 0
+    assert report.BEGIN in readme.read_text()

@@ -1,0 +1,54 @@
+"""A real architecture end to end through the worker, and the committed results reproduced with --arch."""
+
+import pytest
+
+from hf_neuron.compat import archs
+from hf_neuron.compat import results as R
+from hf_neuron.compat.runner import default_output, real_torch_neuronx
+
+from compat_helpers import cli_main, records
+
+REPRODUCED = ("llama",)
+
+
+def _device() -> str:
+    try:
+        import hf_neuron.simulator  # noqa: F401
+    except ImportError:
+        return "cpu"
+    return "neuron"
+
+
+@pytest.mark.slow
+def test_llama_runs_and_reproduces_the_committed_results(tmp_path):
+    device = _device()
+    out = tmp_path / "r.json"
+    rc = cli_main(["compat", "--no-progress", "--device", device, "--arch", ",".join(REPRODUCED),
+                   "--levels", "L1,L2,L3", "--output", str(out)])
+    assert rc == 0
+    rec = records(out)["llama"]
+    assert rec["levels"]["L1"] == rec["levels"]["L2"] == rec["levels"]["L3"] == "pass", rec["failure"]
+    assert rec["details"]["L3"]["tokens"] == rec["details"]["L3"]["cpu_tokens"]
+    assert rec["details"]["L2"]["max_abs_diff"] <= 1e-4
+
+    committed = default_output(device)
+    if device == "cpu" or real_torch_neuronx() or not committed.exists():
+        pytest.skip(f"no committed results to compare with ({committed.name})")
+    old = R.by_model_type(R.load(committed)).get("llama")
+    if old is None:
+        pytest.skip("llama not in the committed results")
+    for lv in ("L1", "L2", "L3"):
+        assert rec["levels"][lv] == old["levels"][lv]
+    assert rec["details"]["L3"]["tokens"] == old["details"]["L3"]["tokens"]
+    assert rec["graphs_compiled"]["L3"] == old["graphs_compiled"]["L3"]
+
+
+def test_remote_code_entry_is_recorded_as_not_testable(tmp_path):
+    out = tmp_path / "r.json"
+    assert cli_main(["compat", "--no-progress", "--device", "cpu", "--arch", "kimi_k2", "--output", str(out)]) == 0
+    rec = records(out)["kimi_k2"]
+    assert rec["rank"] == 36 and rec["kind"] == archs.KIND_REMOTE_CODE
+    assert set(rec["levels"].values()) == {"skip"}
+    assert "remote code" in rec["skip_reasons"]["L1"]
+    assert rec["failure"] is None
+    assert R.summarize(R.load(out))["headline"] == 0  # in the denominator, never a pass

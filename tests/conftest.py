@@ -1,0 +1,24 @@
+"""Test-wide set-up: the simulated Neuron device is installed in the pytest process.
+
+Where a real torch-neuronx is installed this stays off and the same tests run on real Trainium.
+"""
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+from hf_neuron.simulator import install  # noqa: E402
+
+install()
+
+NEURON = torch.device("neuron")
+
+
+@pytest.fixture
+def neuron():
+    return torch.device("neuron", torch.neuron.current_device())
