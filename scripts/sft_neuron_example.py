@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import uuid
 from pathlib import Path
 
 import torch
@@ -40,11 +39,8 @@ os.environ.setdefault("HF_DEACTIVATE_ASYNC_LOAD", "1")
 MESSAGES_COLUMN = "messages"
 
 
-class ConfigurationError(SystemExit):
-    """Bad input found before training starts: the message says what to change."""
-
-    def __init__(self, message: str):
-        super().__init__(f"error: {message}")
+class ConfigurationError(ValueError):
+    """Bad input found before training starts (nothing written yet): the message says what to change."""
 
 
 def parallel_layout() -> tuple[int, int, int]:
@@ -119,23 +115,37 @@ def load_chat_dataset(script_args: ScriptArguments):
     return train.select_columns([MESSAGES_COLUMN])
 
 
-def save_model_atomically(trainer: SFTTrainer, output_dir: str) -> None:
-    """Write the final model next to `output_dir` and swap it in once complete.
+WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model", "adapter_model")
+STAGING_DIR = "tmp-final-model"
 
-    An interrupted save leaves only a `tmp-final-*` folder behind; whatever model `output_dir` held
-    before stays intact until every file of the new one is on disk.
+
+def save_model_atomically(trainer: SFTTrainer, output_dir: str) -> None:
+    """Save the final model into a staging folder inside `output_dir`, then move it in.
+
+    The long part (gathering and writing the weights) happens in the staging folder: a run stopped
+    there leaves the model `output_dir` held before untouched. Moving the finished files in is one
+    rename per file.
     """
-    staging = os.path.join(output_dir, f"tmp-final-{os.environ.get('TORCHELASTIC_RUN_ID', uuid.uuid4().hex[:8])}")
+    staging = os.path.join(output_dir, STAGING_DIR)
+    if trainer.args.should_save:
+        shutil.rmtree(staging, ignore_errors=True)  # left by an earlier interrupted save
+    trainer.accelerator.wait_for_everyone()
     trainer.save_model(staging)
     trainer.accelerator.wait_for_everyone()
     if trainer.args.should_save:
-        for name in sorted(os.listdir(staging), key=lambda n: n in ("config.json", "model.safetensors.index.json")):
+        new_files = sorted(os.listdir(staging), key=lambda name: name == "config.json")  # config last
+        for name in new_files:
             os.replace(os.path.join(staging, name), os.path.join(output_dir, name))
+        for name in os.listdir(output_dir):  # weight shards of an older, differently sharded save
+            path = os.path.join(output_dir, name)
+            if name not in new_files and name.startswith(WEIGHT_FILE_PREFIXES) and os.path.isfile(path):
+                os.remove(path)
         shutil.rmtree(staging, ignore_errors=True)
     trainer.accelerator.wait_for_everyone()
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_trainer(argv: list[str] | None = None, callbacks=None) -> tuple[SFTTrainer, str]:
+    """Parse the arguments, check them, and build the SFTTrainer (nothing is written before)."""
     parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
     script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
 
@@ -161,13 +171,22 @@ def main(argv: list[str] | None = None) -> None:
         args=training_args,
         train_dataset=train_dataset,
         peft_config=get_peft_config(model_args),
+        callbacks=callbacks,
     )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    save_model_atomically(trainer, training_args.output_dir)
-    trainer.accelerator.print(f"Model saved to {training_args.output_dir}.")
-    if hasattr(trainer, "end"):
-        trainer.end()
+    return trainer, training_args.output_dir
+
+
+def main(argv: list[str] | None = None, callbacks=None) -> SFTTrainer:
+    trainer, output_dir = build_trainer(argv, callbacks)
+    trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
+    save_model_atomically(trainer, output_dir)
+    trainer.accelerator.print(f"Model saved to {output_dir}.")
+    return trainer
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        trainer = main(sys.argv[1:])
+    except ConfigurationError as exc:
+        sys.exit(f"error: {exc}")
+    trainer.end()  # finish the trackers, destroy the process group

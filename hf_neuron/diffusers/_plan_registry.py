@@ -34,6 +34,8 @@ class ClassPlan:
     ``sharded_rotary`` maps the path of a rotary-embedding module whose ``(cos, sin)`` span all heads
     (LTX applies them before splitting heads) to the dimension holding the heads' features (or a
     function of the module returning it): each rank keeps its own heads' slice of the output.
+    ``local_sizes`` maps a glob of modules to integer attributes their forward uses to split a
+    column-sharded tensor (Ovis' ``mlp_hidden_dim``); they become per-rank sizes, like head counts.
     """
 
     class_name: str
@@ -42,6 +44,7 @@ class ClassPlan:
     across_heads_norms: tuple[str, ...] = ()
     packed_blocks: dict = dataclasses.field(default_factory=dict)
     sharded_rotary: dict = dataclasses.field(default_factory=dict)
+    local_sizes: dict = dataclasses.field(default_factory=dict)
     notes: str = ""
 
     @property
@@ -59,6 +62,7 @@ def tp_plan(
     across_heads_norms: tuple[str, ...] = (),
     packed_blocks: dict | None = None,
     sharded_rotary: dict | None = None,
+    local_sizes: dict | None = None,
     notes: str = "",
 ):
     """Decorator registering a plan builder for ``class_name`` (defined in ``module``)."""
@@ -66,7 +70,7 @@ def tp_plan(
     def register(build: Callable[[], dict]) -> Callable[[], dict]:
         PLANS[class_name] = ClassPlan(
             class_name, module, build, tuple(across_heads_norms), dict(packed_blocks or {}), dict(sharded_rotary or {}),
-            notes,
+            dict(local_sizes or {}), notes,
         )
         return build
 

@@ -15,8 +15,49 @@ from hf_neuron.fixes import _FIXES, fix
 
 logger = logging.getLogger("hf_neuron")
 
-# class -> (module under diffusers.models.transformers, block class names)
-REPEATED_BLOCKS: dict[str, tuple[str, tuple[str, ...]]] = {}
+# class -> (module under diffusers.models.transformers, block class names). The blocks are the
+# elements of the class's ModuleLists; a wrapper that only delegates (HiDreamBlock) is replaced by
+# the classes it wraps, so that each distinct block structure is one graph.
+REPEATED_BLOCKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "AceStepTransformer1DModel": ("ace_step_transformer", ("AceStepTransformerBlock",)),
+    "AllegroTransformer3DModel": ("transformer_allegro", ("AllegroTransformerBlock",)),
+    "AuraFlowTransformer2DModel": (
+        "auraflow_transformer_2d", ("AuraFlowJointTransformerBlock", "AuraFlowSingleTransformerBlock"),
+    ),
+    "BriaTransformer2DModel": ("transformer_bria", ("BriaTransformerBlock", "BriaSingleTransformerBlock")),
+    "CogVideoXTransformer3DModel": ("cogvideox_transformer_3d", ("CogVideoXBlock",)),
+    "CogView3PlusTransformer2DModel": ("transformer_cogview3plus", ("CogView3PlusTransformerBlock",)),
+    "CogView4Transformer2DModel": ("transformer_cogview4", ("CogView4TransformerBlock",)),
+    "ConsisIDTransformer3DModel": ("consisid_transformer_3d", ("ConsisIDBlock",)),
+    "CosmosTransformer3DModel": ("transformer_cosmos", ("CosmosTransformerBlock",)),
+    "DiTTransformer2DModel": ("dit_transformer_2d", ("BasicTransformerBlock",)),
+    "DreamLiteTransformer2DModel": ("transformer_2d_dreamlite", ("BasicTransformerBlockDreamLite",)),
+    "EasyAnimateTransformer3DModel": ("transformer_easyanimate", ("EasyAnimateTransformerBlock",)),
+    "HiDreamImageTransformer2DModel": (
+        "transformer_hidream_image", ("HiDreamImageTransformerBlock", "HiDreamImageSingleTransformerBlock"),
+    ),
+    "HunyuanDiT2DModel": ("hunyuan_transformer_2d", ("HunyuanDiTBlock",)),
+    "HunyuanVideoFramepackTransformer3DModel": (
+        "transformer_hunyuan_video_framepack",
+        ("HunyuanVideoTransformerBlock", "HunyuanVideoSingleTransformerBlock", "HunyuanVideoTokenRefiner"),
+    ),
+    "LatteTransformer3DModel": ("latte_transformer_3d", ("BasicTransformerBlock",)),
+    "Lumina2Transformer2DModel": ("transformer_lumina2", ("Lumina2TransformerBlock",)),
+    "LuminaNextDiT2DModel": ("lumina_nextdit2d", ("LuminaNextDiTBlock",)),
+    "MiniMaxMusic3RVQDepthDecoder": ("minimax_music3_rvq_depth_decoder", ("MiniMaxMusic3DepthDecoderBlock",)),
+    "MochiTransformer3DModel": ("transformer_mochi", ("MochiTransformerBlock",)),
+    "OmniGenTransformer2DModel": ("transformer_omnigen", ("OmniGenBlock",)),
+    "PRXTransformer2DModel": ("transformer_prx", ("PRXBlock",)),
+    "PixArtTransformer2DModel": ("pixart_transformer_2d", ("BasicTransformerBlock",)),
+    "PriorTransformer": ("prior_transformer", ("BasicTransformerBlock",)),
+    "SanaTransformer2DModel": ("sana_transformer", ("SanaTransformerBlock",)),
+    "SanaVideoTransformer3DModel": ("transformer_sana_video", ("SanaVideoTransformerBlock",)),
+    "SD3Transformer2DModel": ("transformer_sd3", ("JointTransformerBlock",)),
+    "StableAudioDiTModel": ("stable_audio_transformer", ("StableAudioDiTBlock",)),
+    "T5FilmDecoder": ("t5_film_transformer", ("DecoderLayer",)),
+    "Transformer2DModel": ("transformer_2d", ("BasicTransformerBlock",)),
+    "TransformerTemporalModel": ("transformer_temporal", ("BasicTransformerBlock",)),
+}
 
 _INSTALLED: dict[str, tuple[str, ...]] = {}
 

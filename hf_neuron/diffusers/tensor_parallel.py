@@ -89,7 +89,7 @@ for _class_plan in PLANS.values():
 
 def _walk(root: torch.nn.Module, path: str):
     module = root
-    for atom in path.split("."):
+    for atom in filter(None, path.split(".")):
         module = getattr(module, atom, None) if module is not None else None
     return module
 
@@ -170,6 +170,15 @@ def check_divisible(model: torch.nn.Module, class_plan: ClassPlan, tp_plan: dict
                     f"divide the attention head count, and '{name}' has {attr}={value}. Use a degree that divides "
                     f"{value}."
                 )
+    for pattern, attributes in class_plan.local_sizes.items():
+        for name, module in _expand(model, pattern).items():
+            for attr in attributes:
+                value = getattr(module, attr, None)
+                if isinstance(value, int) and value % tp_degree:
+                    raise ValueError(
+                        f"Cannot shard {cls} across {tp_degree} tensor-parallel ranks: '{name}' splits a sharded "
+                        f"tensor into parts of {attr}={value}, which the degree must divide."
+                    )
     for pattern in class_plan.across_heads_norms:
         for name, norm in _expand(model, pattern).items():
             weight = getattr(norm, "weight", None)
@@ -272,6 +281,18 @@ def _shard_rotary(model: torch.nn.Module, class_plan: ClassPlan, mesh) -> None:
         module._hf_neuron_rotary_hook = module.register_forward_hook(_slice_rotary_output(dim_of, mesh))
 
 
+def _localize_sizes(model: torch.nn.Module, class_plan: ClassPlan, tp_degree: int) -> None:
+    for pattern, attributes in class_plan.local_sizes.items():
+        for module in _expand(model, pattern).values():
+            if getattr(module, "_hf_neuron_local_sizes", None) is not None:
+                continue
+            for attr in attributes:
+                value = getattr(module, attr, None)
+                if isinstance(value, int):
+                    setattr(module, attr, value // tp_degree)
+            module._hf_neuron_local_sizes = tp_degree
+
+
 def _localize_heads(model: torch.nn.Module, tp_plan: dict, tp_degree: int) -> None:
     for module in sharded_attention_modules(model, tp_plan).values():
         if getattr(module, "_hf_neuron_tp_degree", None) is not None:
@@ -317,6 +338,7 @@ def _patch_support(tp_module) -> None:
         if class_plan is not None:
             mesh = config._mesh
             _localize_heads(model, tp_plan, mesh.size())
+            _localize_sizes(model, class_plan, mesh.size())
             _shard_across_heads_norms(model, class_plan, mesh)
             _shard_rotary(model, class_plan, mesh)
 

@@ -352,3 +352,189 @@ def _hidream(g):
         "encoder_hidden_states_llama3": randn(g, 4, 1, 6, 4),
         "pooled_embeds": randn(g, 1, 8),
     }
+
+
+# ------------------------------------------------------------------------------------- Wan family
+
+_WAN_TINY = dict(
+    patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=12, in_channels=4, out_channels=4, text_dim=16,
+    freq_dim=16, ffn_dim=32, num_layers=2, rope_max_seq_len=32,
+)
+
+
+def _wan_inputs(g, **extra):
+    return {
+        "hidden_states": randn(g, 1, 4, 2, 8, 8),
+        "timestep": torch.tensor([500.0]),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        **extra,
+    }
+
+
+@tiny("WanVACETransformer3DModel", **_WAN_TINY, vace_layers=[0, 1], vace_in_channels=8)
+def _wan_vace(g):
+    return _wan_inputs(g, control_hidden_states=randn(g, 1, 8, 2, 8, 8))
+
+
+@tiny("ChronoEditTransformer3DModel", **_WAN_TINY)
+def _chronoedit(g):
+    return _wan_inputs(g)
+
+
+@tiny("SkyReelsV2Transformer3DModel", **_WAN_TINY)
+def _skyreels_v2(g):
+    return _wan_inputs(g)
+
+
+# ------------------------------------------------------------------------------------------- Krea2
+
+
+@tiny(
+    "Krea2Transformer2DModel",
+    in_channels=16, num_layers=2, attention_head_dim=8, num_attention_heads=4, num_key_value_heads=2,
+    intermediate_size=64, timestep_embed_dim=32, text_hidden_dim=16, num_text_layers=2, text_num_attention_heads=4,
+    text_num_key_value_heads=4, text_intermediate_size=32, num_layerwise_text_blocks=2, num_refiner_text_blocks=2,
+    axes_dims_rope=(2, 2, 4),
+)
+def _krea2(g):
+    text, image = 6, 16
+    positions = torch.zeros(text + image, 3, dtype=torch.long)
+    positions[text:, 1] = torch.arange(image) // 4
+    positions[text:, 2] = torch.arange(image) % 4
+    return {
+        "hidden_states": randn(g, 1, image, 16),
+        "encoder_hidden_states": randn(g, 1, text, 2, 16),
+        "timestep": torch.tensor([0.5]),
+        "position_ids": positions,
+        "encoder_attention_mask": torch.tensor([[True] * 5 + [False]]),
+    }
+
+
+# ------------------------------------------------------------------------------ Flux-like families
+
+
+@tiny(
+    "LongCatImageTransformer2DModel",
+    patch_size=1, in_channels=4, num_layers=2, num_single_layers=2, attention_head_dim=8, num_attention_heads=4,
+    joint_attention_dim=16, pooled_projection_dim=16, axes_dims_rope=[2, 2, 4],
+)
+def _longcat_image(g):
+    return {
+        "hidden_states": randn(g, 1, 16, 4),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([0.5]),
+        "img_ids": _ids(16, axes=3),
+        "txt_ids": torch.zeros(6, 3),
+    }
+
+
+@tiny(
+    "OvisImageTransformer2DModel",
+    patch_size=1, in_channels=4, out_channels=4, num_layers=2, num_single_layers=2, attention_head_dim=8,
+    num_attention_heads=4, joint_attention_dim=16, axes_dims_rope=(2, 2, 4),
+)
+def _ovis_image(g):
+    return {
+        "hidden_states": randn(g, 1, 16, 4),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([0.5]),
+        "img_ids": _ids(16, axes=3),
+        "txt_ids": torch.zeros(6, 3),
+    }
+
+
+@tiny(
+    "GlmImageTransformer2DModel",
+    patch_size=2, in_channels=4, out_channels=4, num_layers=2, attention_head_dim=8, num_attention_heads=4,
+    text_embed_dim=16, time_embed_dim=8, condition_dim=4, prior_vq_quantizer_codebook_size=32,
+)
+def _glm_image(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 8, 8),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "prior_token_id": torch.randint(0, 32, (1, 16), generator=g),
+        "prior_token_drop": torch.zeros(1, 16, dtype=torch.bool),
+        "timestep": torch.tensor([500.0]),
+        "target_size": torch.tensor([[64.0, 64.0]]),
+        "crop_coords": torch.tensor([[0.0, 0.0]]),
+    }
+
+
+@tiny(
+    "MochiTransformer3DModel",
+    patch_size=2, num_attention_heads=4, attention_head_dim=12, num_layers=2, pooled_projection_dim=16,
+    in_channels=4, text_embed_dim=16, time_embed_dim=4, max_sequence_length=8,
+)
+def _mochi(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 2, 8, 8),
+        "encoder_hidden_states": randn(g, 1, 8, 16),
+        "timestep": torch.tensor([500.0]),
+        "encoder_attention_mask": torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0]]),
+    }
+
+
+@tiny(
+    "HunyuanVideoFramepackTransformer3DModel",
+    in_channels=4, out_channels=4, num_attention_heads=4, attention_head_dim=8, num_layers=2, num_single_layers=2,
+    num_refiner_layers=2, patch_size=2, text_embed_dim=16, pooled_projection_dim=8, rope_axes_dim=(2, 2, 4),
+    image_condition_type=None, has_image_proj=True, image_proj_dim=16, has_clean_x_embedder=True,
+)
+def _hunyuan_video_framepack(g):
+    # History latents at 1x / 2x / 4x compression (the embedder's 3-D conv strides), as FramePack feeds them.
+    return {
+        "hidden_states": randn(g, 1, 4, 2, 8, 8),
+        "timestep": torch.tensor([500.0]),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "encoder_attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]]),
+        "pooled_projections": randn(g, 1, 8),
+        "image_embeds": randn(g, 1, 3, 16),
+        "indices_latents": torch.arange(6, 8),
+        "guidance": torch.tensor([3500.0]),
+        "latents_clean": randn(g, 1, 4, 1, 8, 8),
+        "indices_latents_clean": torch.arange(0, 1),
+        "latents_history_2x": randn(g, 1, 4, 2, 8, 8),
+        "indices_latents_history_2x": torch.arange(1, 3),
+        "latents_history_4x": randn(g, 1, 4, 4, 8, 8),
+        "indices_latents_history_4x": torch.arange(2, 6),
+    }
+
+
+@tiny(
+    "PixArtTransformer2DModel",
+    num_attention_heads=4, attention_head_dim=8, in_channels=4, out_channels=8, num_layers=2, cross_attention_dim=32,
+    sample_size=8, caption_channels=16, norm_num_groups=1,
+)
+def _pixart(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 8, 8),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([500.0]),
+        "added_cond_kwargs": {"resolution": None, "aspect_ratio": None},
+    }
+
+
+@tiny(
+    "AuraFlowTransformer2DModel",
+    sample_size=8, patch_size=2, in_channels=4, num_mmdit_layers=2, num_single_dit_layers=2, attention_head_dim=8,
+    num_attention_heads=4, joint_attention_dim=16, caption_projection_dim=32, out_channels=4, pos_embed_max_size=16,
+)
+def _auraflow(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 8, 8),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([500.0]),
+    }
+
+
+@tiny(
+    "CogVideoXTransformer3DModel",
+    num_attention_heads=4, attention_head_dim=8, in_channels=4, out_channels=4, time_embed_dim=8, text_embed_dim=16,
+    num_layers=2, sample_width=8, sample_height=8, sample_frames=9, patch_size=2, max_text_seq_length=6,
+)
+def _cogvideox(g):
+    return {
+        "hidden_states": randn(g, 1, 3, 4, 8, 8),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([500.0]),
+    }

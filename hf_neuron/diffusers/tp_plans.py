@@ -67,13 +67,16 @@ def _sd3() -> dict:
 
 # ------------------------------------------------------------------------------------- Wan family
 
-_WAN_NORMS = (
-    "blocks.*.attn1.norm_q",
-    "blocks.*.attn1.norm_k",
-    "blocks.*.attn2.norm_q",
-    "blocks.*.attn2.norm_k",
-    "blocks.*.attn2.norm_added_k",
-)
+def _wan_norms(*lists: str) -> tuple[str, ...]:
+    # qk_norm="rms_norm_across_heads": RMSNorm(heads * head_dim) applied before the heads split.
+    return tuple(
+        f"{blocks}.{norm}"
+        for blocks in lists
+        for norm in ("attn1.norm_q", "attn1.norm_k", "attn2.norm_q", "attn2.norm_k", "attn2.norm_added_k")
+    )
+
+
+_WAN_NORMS = _wan_norms("blocks.*")
 
 
 def _wan_blocks(blocks: str = "blocks.*") -> dict:
@@ -162,7 +165,8 @@ def _ltx2() -> dict:
 
 def _single_stream_widths(block) -> list[int]:
     """``proj_out`` of a single-stream block reads ``cat([attention output, MLP output])``."""
-    return [block.attn.to_q.out_features, block.proj_mlp.out_features]
+    attention_width = block.attn.to_q.out_features
+    return [attention_width, block.proj_out.in_features - attention_width]
 
 
 def _hunyuan_dual_and_single(refiner: str) -> dict:
@@ -213,21 +217,64 @@ def _hunyuan_image() -> dict:
 # ------------------------------------------------------------------------------------------ Chroma
 
 
-@tp_plan(
-    "ChromaTransformer2DModel", "transformer_chroma",
-    packed_blocks={"single_transformer_blocks.*.proj_out": _single_stream_widths},
-)
-def _chroma() -> dict:
-    # Flux layout (dual + single-stream blocks); modulation comes from the replicated approximator.
+def _flux_like(mlp_up="colwise", ff=feed_forward) -> dict:
+    """Flux layout: dual-stream (MMDiT) blocks and single-stream (parallel attention + MLP) blocks."""
     return {
         **attention("transformer_blocks.*.attn",
                     qkv=("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj"),
                     out=("to_out.0", "to_add_out")),
-        **feed_forward("transformer_blocks.*.ff"),
-        **feed_forward("transformer_blocks.*.ff_context"),
+        **ff("transformer_blocks.*.ff"),
+        **ff("transformer_blocks.*.ff_context"),
         **attention("single_transformer_blocks.*.attn", out=()),
-        "single_transformer_blocks.*.proj_mlp": "colwise",
+        "single_transformer_blocks.*.proj_mlp": mlp_up,
         "single_transformer_blocks.*.proj_out": _packed_row(),
+    }
+
+
+_SINGLE_STREAM = {"single_transformer_blocks.*.proj_out": _single_stream_widths}
+
+
+@tp_plan("ChromaTransformer2DModel", "transformer_chroma", packed_blocks=_SINGLE_STREAM)
+def _chroma() -> dict:
+    # Modulation comes from the replicated approximator.
+    return _flux_like()
+
+
+@tp_plan("LongCatImageTransformer2DModel", "transformer_longcat_image", packed_blocks=_SINGLE_STREAM)
+def _longcat_image() -> dict:
+    return _flux_like()
+
+
+def swiglu_feed_forward(prefix: str) -> dict:
+    """diffusers ``FeedForward(activation_fn="swiglu")``: ``net.0.proj`` is the fused [up, gate] projection."""
+    return {f"{prefix}.net.0.proj": _packed_col(1, 1), f"{prefix}.net.2": "rowwise"}
+
+
+@tp_plan(
+    "OvisImageTransformer2DModel", "transformer_ovis_image", packed_blocks=_SINGLE_STREAM,
+    local_sizes={"single_transformer_blocks.*": ("mlp_hidden_dim",)},
+)
+def _ovis_image() -> dict:
+    # SwiGLU everywhere: the single-stream proj_mlp is a fused [up, gate] projection too.
+    return _flux_like(mlp_up=_packed_col(1, 1), ff=swiglu_feed_forward)
+
+
+@tp_plan("GlmImageTransformer2DModel", "transformer_glm_image")
+def _glm_image() -> dict:
+    # CogView4 layout.
+    return {**attention("transformer_blocks.*.attn1"), **feed_forward("transformer_blocks.*.ff")}
+
+
+@tp_plan("MochiTransformer3DModel", "transformer_mochi", sharded_rotary={"rope": -2})
+def _mochi() -> dict:
+    # Asymmetric MMDiT: the text stream is narrower; the last block is context_pre_only. The rotary
+    # (cos, sin) carry a heads axis (learned per-head frequencies): each rank keeps its heads' rows.
+    return {
+        **attention("transformer_blocks.*.attn1",
+                    qkv=("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj"),
+                    out=("to_out.0", "to_add_out")),
+        **swiglu_feed_forward("transformer_blocks.*.ff"),
+        **swiglu_feed_forward("transformer_blocks.*.ff_context"),
     }
 
 
@@ -313,3 +360,88 @@ def _hidream() -> dict:
             for expert in range(_HIDREAM_MAX_EXPERTS):
                 plan.update(_swiglu(f"{blocks}.block.{ffn}.experts.{expert}"))
     return plan
+
+
+@tp_plan("WanVACETransformer3DModel", "transformer_wan_vace", across_heads_norms=_wan_norms("blocks.*", "vace_blocks.*"))
+def _wan_vace() -> dict:
+    # VACE control blocks are Wan blocks with a replicated proj_in / proj_out around them.
+    return {**_wan_blocks("blocks.*"), **_wan_blocks("vace_blocks.*")}
+
+
+@tp_plan("ChronoEditTransformer3DModel", "transformer_chronoedit", across_heads_norms=_WAN_NORMS)
+def _chronoedit() -> dict:
+    return _wan_blocks()
+
+
+@tp_plan("SkyReelsV2Transformer3DModel", "transformer_skyreels_v2", across_heads_norms=_WAN_NORMS)
+def _skyreels_v2() -> dict:
+    return _wan_blocks()
+
+
+# ------------------------------------------------------------------------------------------- Krea2
+
+
+def _krea2_blocks(blocks: str) -> dict:
+    # GQA attention with a sigmoid output gate over the attention features (sharded with the heads)
+    # and a SwiGLU FFN with separate gate / up projections.
+    return {
+        **attention(f"{blocks}.attn", qkv=("to_q", "to_k", "to_v", "to_gate")),
+        f"{blocks}.ff.gate": "colwise",
+        f"{blocks}.ff.up": "colwise",
+        f"{blocks}.ff.down": "rowwise",
+    }
+
+
+@tp_plan("Krea2Transformer2DModel", "transformer_krea2")
+def _krea2() -> dict:
+    return {
+        **_krea2_blocks("transformer_blocks.*"),
+        **_krea2_blocks("text_fusion.layerwise_blocks.*"),
+        **_krea2_blocks("text_fusion.refiner_blocks.*"),
+    }
+
+
+@tp_plan(
+    "HunyuanVideoFramepackTransformer3DModel", "transformer_hunyuan_video_framepack",
+    packed_blocks={"single_transformer_blocks.*.proj_out": _single_stream_widths},
+)
+def _hunyuan_video_framepack() -> dict:
+    # HunyuanVideo's blocks; the extra history / image embedders stay replicated.
+    return _hunyuan_dual_and_single("context_embedder.token_refiner.refiner_blocks.*")
+
+
+# ---------------------------------------------------------------------------- PixArt / AuraFlow / CogVideoX
+
+
+@tp_plan("PixArtTransformer2DModel", "pixart_transformer_2d")
+def _pixart() -> dict:
+    # BasicTransformerBlock: self-attention, cross-attention, GELU FFN.
+    return {
+        **attention("transformer_blocks.*.attn1"),
+        **attention("transformer_blocks.*.attn2"),
+        **feed_forward("transformer_blocks.*.ff"),
+    }
+
+
+def _aura_ff(prefix: str) -> dict:
+    # silu(linear_1(x)) * linear_2(x) -> out_projection
+    return {f"{prefix}.linear_1": "colwise", f"{prefix}.linear_2": "colwise", f"{prefix}.out_projection": "rowwise"}
+
+
+@tp_plan("AuraFlowTransformer2DModel", "auraflow_transformer_2d")
+def _auraflow() -> dict:
+    return {
+        **attention("joint_transformer_blocks.*.attn",
+                    qkv=("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj"),
+                    out=("to_out.0", "to_add_out")),
+        **_aura_ff("joint_transformer_blocks.*.ff"),
+        **_aura_ff("joint_transformer_blocks.*.ff_context"),
+        **attention("single_transformer_blocks.*.attn"),
+        **_aura_ff("single_transformer_blocks.*.ff"),
+    }
+
+
+@tp_plan("CogVideoXTransformer3DModel", "cogvideox_transformer_3d")
+def _cogvideox() -> dict:
+    # Text and video tokens share one attention (expert AdaLN norms stay replicated).
+    return {**attention("transformer_blocks.*.attn1"), **feed_forward("transformer_blocks.*.ff")}

@@ -26,7 +26,11 @@ def transformers_fix(name: str, module: str, detect: Callable[[], bool]):
     def detect_once_imported() -> bool:
         if module not in _imported:
             return False  # re-detected when the module is imported (see apply_pending)
-        return detect()
+        import torch
+
+        # The import may happen inside the caller's `with torch.device("meta"):` (model init).
+        with torch.device("cpu"):
+            return detect()
 
     def register(apply: Callable[[], None]) -> Callable[[], None]:
         fixes.fix(name, LIBRARY, detect_once_imported)(apply)

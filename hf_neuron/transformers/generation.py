@@ -346,7 +346,7 @@ def _cache_grows_past_max_cache_len() -> bool:
         _Probe()._prepare_cache_for_generation(generation_config, model_kwargs, None, 1, 16)
     except ValueError:
         return False
-    return model_kwargs["past_key_values"].max_cache_len > 4
+    return model_kwargs["past_key_values"].get_max_length() > 4
 
 
 @transformers_fix(FIT_FIX, GENERATION_MODULE, detect=_cache_grows_past_max_cache_len)
@@ -395,21 +395,28 @@ def _neuron_compile_config(model, compile_config):
     return compile_config, "compile_config." + "/".join(changed)
 
 
+def _wants_default_static_cache(model, generation_config, kwargs) -> bool:
+    if "cache_implementation" in kwargs or kwargs.get("past_key_values") is not None:
+        return False
+    for config in (generation_config, model.generation_config):
+        if config is not None and config.cache_implementation not in (None, "hybrid"):
+            return False  # "hybrid" is a legacy Hub default that upstream unsets
+        if config is not None and config.use_cache is False:
+            return False
+    if kwargs.get("use_cache") is False:
+        return False
+    return bool(getattr(model, "_can_compile_fullgraph", False)) and model._supports_default_dynamic_cache()
+
+
 def _prepare_generation_config_with_neuron_defaults(original, self, generation_config=None, **kwargs):
-    generation_config, model_kwargs = original(self, generation_config, **kwargs)
-    if not _on_neuron(self) or generation_config.use_cache is False:
-        return generation_config, model_kwargs
+    if not _on_neuron(self):
+        return original(self, generation_config, **kwargs)
     applied = []
-    user_cache = model_kwargs.get("past_key_values") is not None
-    if (
-        generation_config.cache_implementation is None
-        and "cache_implementation" not in kwargs
-        and not user_cache
-        and getattr(self, "_can_compile_fullgraph", False)
-        and self._supports_default_dynamic_cache()
-    ):
-        generation_config.cache_implementation = "static"
+    # Decided before the merge so that upstream validates max_cache_len against the static cache.
+    if _wants_default_static_cache(self, generation_config, kwargs):
+        kwargs["cache_implementation"] = "static"
         applied.append("cache_implementation='static'")
+    generation_config, model_kwargs = original(self, generation_config, **kwargs)
     if generation_config.cache_implementation in _static_cache_implementations():
         if generation_config.max_cache_len is None and "max_cache_len" not in kwargs:
             generation_config.max_cache_len = DEFAULT_MAX_CACHE_LEN

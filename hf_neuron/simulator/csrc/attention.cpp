@@ -5,6 +5,7 @@
 
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice_native.h>
 
 namespace hf_neuron_sim {
 namespace {
@@ -22,8 +23,8 @@ int64_t neuron_fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, 
   if (attn_mask.has_value() && attn_mask->defined()) {
     mask = as_meta(*attn_mask);
   }
-  return at::native::_fused_sdp_choice_stub(c10::DeviceType::CPU, as_meta(query), as_meta(key), as_meta(value),
-                                            mask, dropout_p, is_causal, scale, enable_gqa);
+  return at::native::_fused_sdp_choice_cpp(as_meta(query), as_meta(key), as_meta(value), mask, dropout_p, is_causal,
+                                           scale, enable_gqa);
 }
 
 }  // namespace

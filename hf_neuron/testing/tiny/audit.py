@@ -54,8 +54,9 @@ def audit_one(model_type: str, *, seed: int = 0, timeout: int = 120) -> dict:
     """Build, forward and generate one tiny model; return a result row (never raises)."""
     import torch
 
-    from .configs import tiny_config
+    from .configs import default_config, tiny_config
     from .factory import build_model, count_parameters, is_multimodal_text_only
+    from .tokenizer import VOCAB_SIZE
 
     row = {"model_type": model_type, "status": "fail", "stage": "config", "reason": "", "where": "",
            "parameters": None, "layers": None, "seconds": None, "multimodal_text_only":
@@ -67,15 +68,16 @@ def audit_one(model_type: str, *, seed: int = 0, timeout: int = 120) -> dict:
             config = tiny_config(model_type, seed=seed)
             row["shape"] = describe_config(config)
             row["layers"] = row["shape"].get("layers")
+            lost = _kinds_lost(default_config(model_type), row["shape"])
+            if lost:
+                row["shape"].setdefault("checks", []).append(f"layer kinds lost: {lost}")
             row["stage"] = "model"
             row["parameters"] = count_parameters(config, model_type)
             model = build_model(model_type, seed=seed, config=config)
             row["class"] = type(model).__name__
             row["stage"] = "forward"
-            vocab = model.get_input_embeddings().num_embeddings if model.get_input_embeddings() is not None \
-                else 512
             gen = torch.Generator().manual_seed(seed)
-            input_ids = torch.randint(16, min(vocab, 512), (2, 8), generator=gen)
+            input_ids = torch.randint(16, VOCAB_SIZE, (2, 8), generator=gen)
             attention_mask = torch.ones_like(input_ids)
             attention_mask[1, :3] = 0  # left padding in the second row
             with torch.no_grad():
@@ -157,6 +159,12 @@ def describe_config(config) -> dict:
     if checks:
         shape["checks"] = checks
     return shape
+
+
+def _kinds_lost(default, tiny_shape: dict) -> dict:
+    original = describe_config(default).get("kinds", {})
+    tiny = tiny_shape.get("kinds", {})
+    return {k: sorted(set(v) - set(tiny.get(k, []))) for k, v in original.items() if set(v) - set(tiny.get(k, []))}
 
 
 def read_ranked(path: str) -> list[str]:

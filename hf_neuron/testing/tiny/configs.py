@@ -123,7 +123,7 @@ SIZE_RULES: dict[str, Any] = {}
 for _name in ("hidden_size", "d_model", "n_embd", "emb_dim", "word_embed_proj_dim", "embedding_size",
               "out_hidden_size", "projection_hidden_size", "projector_hidden_size", "projector_input_dim",
               "projector_output_dim", "vision_output_dim", "text_hidden_size", "hidden_size_global",
-              "backbone_hidden_size", "attention_hidden_size", "lru_width", "embedding_dim",
+              "backbone_hidden_size", "lru_width", "embedding_dim",
               "input_embedding_size", "output_embedding_size", "router_hidden_size", "adapter_in_dim",
               "adapter_out_dim", "adapter_input_size"):
     SIZE_RULES[_name] = _positive_to(HIDDEN)
@@ -139,7 +139,7 @@ for _name in ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "decoder
               "num_decoder_layers", "num_encoder_layers", "depth", "num_global_layers"):
     SIZE_RULES[_name] = _positive_to(LAYERS)
 for _name in ("num_attention_heads", "n_head", "n_heads", "decoder_attention_heads", "encoder_attention_heads",
-              "attention_heads", "num_decoder_attention_heads", "num_encoder_attention_heads",
+              "attention_heads", "num_decoder_attention_heads", "num_encoder_attention_heads", "num_heads",
               "swa_num_attention_heads", "index_n_heads", "conf_num_attention_heads", "linear_num_heads",
               "linear_num_value_heads"):
     SIZE_RULES[_name] = _positive_to(HEADS)
@@ -426,7 +426,7 @@ def _shrink_rope(rope: Any, head_dim: int | None) -> Any:
     return rope
 
 
-def _shrink_level(config_cls, defaults, vocab_size: int, overrides: dict) -> Any:
+def _shrink_level(config_cls, defaults, vocab_size: int, overrides: dict, nested: bool = False) -> Any:
     """Build a tiny instance of `config_cls` from its default instance `defaults`."""
     from transformers import PretrainedConfig
 
@@ -464,7 +464,7 @@ def _shrink_level(config_cls, defaults, vocab_size: int, overrides: dict) -> Any
                         if k != "__defaults__"}
             if isinstance(overrides.get(key), dict):
                 sub_over.update(overrides[key])
-            fixed[key] = _shrink_level(type(sub), sub, vocab_size, sub_over).to_dict()
+            fixed[key] = _shrink_level(type(sub), sub, vocab_size, sub_over, nested=True).to_dict()
 
     if isinstance(d.get("vocab_size"), int) and d["vocab_size"] > 0:
         fixed["vocab_size"] = vocab_size
@@ -512,16 +512,19 @@ def _shrink_level(config_cls, defaults, vocab_size: int, overrides: dict) -> Any
     kwargs.update(fixed)
     explicit_lists = {k: v for k, v in layer_lists.items() if k not in derived and k not in fixed}
     derived_lists = {k: v for k, v in layer_lists.items() if k not in kwargs and k not in explicit_lists}
+    # A nested config instance may differ from its class defaults (mistral3's text config has no sliding
+    # window): start from the instance's own values.
+    start = _customized_values(config_cls, d) if nested else {}
     try:
-        config = config_cls(**kwargs, **explicit_lists)
+        config = config_cls(**{**start, **kwargs, **explicit_lists})
     except Exception:
         if not derived_lists:
             raise
         # The config derived a pattern of the wrong length (hard-coded prefixes...): give it explicitly.
-        return config_cls(**kwargs, **explicit_lists, **derived_lists)
+        return config_cls(**{**start, **kwargs, **explicit_lists, **derived_lists})
     # Lists the config derives itself (layer_types from a pattern...) must still cover every kind.
     if any(not _covers(vars(config).get(k), v, k) for k, v in derived_lists.items()):
-        config = config_cls(**kwargs, **explicit_lists, **derived_lists)
+        config = config_cls(**{**start, **kwargs, **explicit_lists, **derived_lists})
     return config
 
 
@@ -549,18 +552,30 @@ def _field_defaults(config_cls) -> dict[str, Any]:
     return out
 
 
+def _customized_values(config_cls, d: dict) -> dict:
+    """Values of a nested config instance that differ from a fresh instance of its class."""
+    try:
+        fresh = config_cls().to_dict()
+    except Exception:
+        return {}
+    fields = _field_defaults(config_cls)
+    aliases = set(getattr(config_cls, "attribute_map", {}).values())
+    skip = {"transformers_version", "architectures", "_name_or_path", "model_type", "id2label", "label2id"}
+    return {k: copy.deepcopy(v) for k, v in d.items()
+            if (k in fields or k in aliases) and k not in skip and k in fresh and fresh[k] != v}
+
+
 def _derived_keys(config_cls, defaults: dict) -> set[str]:
-    """Attributes ``__post_init__`` computes (not a field, or a ``None`` field it filled in)."""
+    """Attributes ``__post_init__`` computes from others (not a field, nor the target of an alias).
+
+    Sizes of those are left for the config to re-derive from the tiny values (deepseek's head_dim is
+    its qk_rope_head_dim, qk_head_dim = nope + rope...).
+    """
     fields = _field_defaults(config_cls)
     if not fields:
         return set()
-    derived = set()
-    for key, value in defaults.items():
-        if key not in fields:
-            derived.add(key)
-        elif fields[key] is None and value is not None:
-            derived.add(key)
-    return derived
+    aliases = set(getattr(config_cls, "attribute_map", {}).values())
+    return {key for key in defaults if key not in fields and key not in aliases}
 
 
 def default_config(model_type: str):

@@ -1,0 +1,86 @@
+"""The generation workload that measures bounded graphs (issue 3), shared by the tests and
+``benchmarks/generation_graphs.py``.
+
+8 greedy prompts of 20-140 tokens, ``max_cache_len=256``, ``prefill_chunk_size=32``, 16 new
+tokens, run one batch at a time (batch size 1: 8 calls; batch size 4: 2 calls, left padded to the
+longest prompt). The physical minimum is 2 graphs per (batch size, max_cache_len): one prefill
+chunk graph and one decode graph.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PROMPT_LENGTHS = (20, 37, 55, 71, 90, 104, 123, 140)
+MAX_CACHE_LEN = 256
+PREFILL_CHUNK_SIZE = 32
+MAX_NEW_TOKENS = 16
+SLIDING_WINDOW = 64
+
+
+def tiny_workload_model(kind: str, *, seed: int = 0):
+    """Tiny random Llama ("dense") or Mistral with a 64-token window ("sliding"), on CPU."""
+    from hf_neuron.testing.tiny_models import build_model
+
+    if kind == "dense":
+        return build_model("llama", seed=seed)
+    if kind == "sliding":
+        return build_model("mistral", seed=seed, sliding_window=SLIDING_WINDOW)
+    raise ValueError(f"unknown workload model {kind!r}: use 'dense' or 'sliding'")
+
+
+def workload_prompts(vocab_size: int, lengths=PROMPT_LENGTHS, *, seed: int = 1, low: int = 3) -> list[torch.Tensor]:
+    """Random token ids (never the special ids 0-2) for each prompt length."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(low, vocab_size, (n,), generator=generator) for n in lengths]
+
+
+def left_pad(prompts: list[torch.Tensor], pad_token_id: int, multiple: int | None = None):
+    """``(input_ids, attention_mask)`` left padded to the longest prompt (rounded up to ``multiple``)."""
+    length = max(len(p) for p in prompts)
+    if multiple:
+        length = -(-length // multiple) * multiple
+    input_ids = torch.full((len(prompts), length), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(prompts), length), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        input_ids[row, length - len(prompt) :] = prompt
+        attention_mask[row, length - len(prompt) :] = 1
+    return input_ids, attention_mask
+
+
+def generate_batches(
+    model,
+    prompts: list[torch.Tensor],
+    batch_size: int,
+    *,
+    pad_multiple: int | None = None,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    **generate_kwargs,
+) -> list[torch.Tensor]:
+    """Greedy-generate ``prompts`` ``batch_size`` at a time; returns the new tokens (on CPU) per batch."""
+    pad_token_id = model.generation_config.pad_token_id
+    device = model.device
+    new_tokens = []
+    for start in range(0, len(prompts), batch_size):
+        input_ids, attention_mask = left_pad(prompts[start : start + batch_size], pad_token_id, pad_multiple)
+        with torch.no_grad():
+            out = model.generate(
+                input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                **generate_kwargs,
+            )
+        new_tokens.append(out[:, input_ids.shape[1] :].cpu())
+    return new_tokens
+
+
+def compiled_recipe(**overrides) -> dict:
+    """The generate() arguments of the workload (static cache, cache length, chunk size)."""
+    recipe = {
+        "cache_implementation": "static",
+        "max_cache_len": MAX_CACHE_LEN,
+        "prefill_chunk_size": PREFILL_CHUNK_SIZE,
+    }
+    recipe.update(overrides)
+    return recipe

@@ -1,0 +1,126 @@
+"""Shared by the TRL tests: the example script, a tiny chat dataset, runs of the script."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "sft_neuron_example.py"
+WORKER = Path(__file__).with_name("trl_sft_worker.py")
+
+WORDS = (
+    "the quick brown fox jumps over a lazy dog while neuron cores compile static graphs for every shape "
+    "of batch and sequence that the trainer feeds them during supervised fine tuning"
+).split()
+
+
+def load_script():
+    """``scripts/sft_neuron_example.py`` as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("sft_neuron_example", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def chat_rows(n: int, seed: int = 0, min_words: int = 3, max_words: int = 40) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        user = " ".join(rng.choices(WORDS, k=rng.randint(min_words, max_words)))
+        assistant = " ".join(rng.choices(WORDS, k=rng.randint(min_words, max_words)))
+        rows.append(
+            {
+                "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}],
+                "source": f"row-{i}",  # an extra column the script must drop
+            }
+        )
+    return rows
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_args(model_dir, dataset, output_dir, **overrides) -> list[str]:
+    """The seed recipe's flags, scaled down to a tiny model."""
+    args = {
+        "model_name_or_path": str(model_dir),
+        "dataset_name": str(dataset),
+        "output_dir": str(output_dir),
+        "dtype": "bfloat16",
+        "bf16": "true",
+        "max_length": "128",
+        "packing": "true",
+        "packing_strategy": "wrapped",
+        "per_device_train_batch_size": "2",
+        "gradient_accumulation_steps": "1",
+        "max_steps": "3",
+        "learning_rate": "1e-3",
+        "lr_scheduler_type": "constant",
+        "logging_steps": "1",
+        "save_only_model": "true",
+        "save_strategy": "no",
+        "torch_compile": "true",
+        "report_to": "none",
+        "seed": "0",
+        "dataloader_num_workers": "0",
+        "disable_tqdm": "true",
+    }
+    args.update({k: str(v) for k, v in overrides.items()})
+    argv = []
+    for key, value in args.items():
+        argv += [f"--{key}", value]
+    return argv
+
+
+def run_worker(nproc: int, argv: list[str], result_dir: Path, env: dict | None = None, timeout: int = 900):
+    """Run the worker (the example script plus a recorder) in ``nproc`` processes; return its results."""
+    result_dir.mkdir(parents=True, exist_ok=True)
+    full_env = dict(os.environ)
+    full_env.update(
+        {
+            "HF_NEURON_SIMULATOR": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+            "HF_NEURON_GRAPH_LOG": str(result_dir / "graphs.jsonl"),
+            "TRL_SFT_RESULT_DIR": str(result_dir),
+        }
+    )
+    full_env.update(env or {})
+    if nproc == 1:
+        command = [sys.executable, str(WORKER), *argv]
+    else:
+        command = [
+            sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+            f"--master_port={free_port()}", str(WORKER), *argv,
+        ]
+    proc = subprocess.run(command, env=full_env, capture_output=True, text=True, timeout=timeout)
+    (result_dir / "stdout.txt").write_text(proc.stdout)
+    (result_dir / "stderr.txt").write_text(proc.stderr)
+    return proc
+
+
+def read_results(result_dir: Path) -> dict[int, dict]:
+    results = {}
+    for path in sorted(result_dir.glob("rank*.json")):
+        data = json.loads(path.read_text())
+        results[data["rank"]] = data
+    return results
