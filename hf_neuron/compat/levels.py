@@ -26,8 +26,9 @@ from hf_neuron.compat.archs import KIND_MULTIMODAL, KIND_REMOTE_CODE, ArchSpec
 
 PROMPT_LEN = 10
 NEW_TOKENS = 8
-PREFILL_CHUNK = 8
-MAX_CACHE_LEN = 64
+CPU_PREFILL_CHUNK, CPU_MAX_CACHE_LEN = 8, 64
+# The recipe passed explicitly when hf_neuron's generation defaults are not active (same values).
+RECIPE_PREFILL_CHUNK, RECIPE_MAX_CACHE_LEN = 512, 1024
 FORWARD_BATCH, FORWARD_LEN = 2, 12
 
 LOGITS_RTOL, LOGITS_ATOL = 1e-4, 1e-4
@@ -118,6 +119,14 @@ class count_graphs:
 
             self.count = int(counters["stats"]["unique_graphs"]) - self._start
         return False
+
+
+def _neuron_generation_defaults_active() -> bool:
+    try:
+        from hf_neuron.fixes import all_fixes
+    except ImportError:
+        return False
+    return any(f.name == "generate-neuron-defaults" and f.active for f in all_fixes())
 
 
 def _reset_compiler() -> None:
@@ -300,23 +309,29 @@ class ArchRun:
         return details
 
     # ---- L3: greedy generate with the Neuron defaults --------------------------------------
-    def generation_kwargs(self) -> dict:
-        """The Neuron generation defaults, passed explicitly (the adapter applies the same ones to a
-        plain ``generate`` call); sizes are small so the tiny models stay fast."""
+    def generation_kwargs(self) -> tuple[dict, str]:
+        """What ``generate`` is given beyond the prompt, and how to describe it.
+
+        On Neuron with hf_neuron's generation defaults active: nothing, a plain ``generate`` call as a
+        user types it (the adapter applies static cache, ``max_cache_len``, prefill chunking and the
+        "neuron" compile config). Without them (``HF_NEURON_DISABLE=1``, an older hf_neuron): the
+        same recipe passed explicitly. On CPU (harness self-test): a small recipe compiled with the
+        "eager" backend.
+        """
         from transformers import CompileConfig
 
-        kwargs = {
-            "cache_implementation": "static",
-            "max_cache_len": MAX_CACHE_LEN,
-            "prefill_chunk_size": PREFILL_CHUNK,
-        }
-        compile_config = CompileConfig(backend="neuron", fullgraph=False, dynamic=False, mode="default")
         if self.device.split(":")[0] == "cpu":
-            # Plumbing mode (no Neuron device): compile with a backend every torch has.
             compile_config = CompileConfig(backend="eager", fullgraph=False, dynamic=False, mode="default")
             compile_config._compile_all_devices = True
-        kwargs["compile_config"] = compile_config
-        return kwargs
+            return ({"cache_implementation": "static", "max_cache_len": CPU_MAX_CACHE_LEN,
+                     "prefill_chunk_size": CPU_PREFILL_CHUNK, "compile_config": compile_config},
+                    "explicit recipe, eager backend (CPU self-test)")
+        if _neuron_generation_defaults_active():
+            return {}, "plain generate (hf_neuron generation defaults)"
+        compile_config = CompileConfig(backend="neuron", fullgraph=False, dynamic=False, mode="default")
+        return ({"cache_implementation": "static", "max_cache_len": RECIPE_MAX_CACHE_LEN,
+                 "prefill_chunk_size": RECIPE_PREFILL_CHUNK, "compile_config": compile_config},
+                "explicit recipe (hf_neuron generation defaults inactive)")
 
     def level_l3(self) -> dict:
         import torch
@@ -328,13 +343,14 @@ class ArchRun:
             ref = self.cpu_model.generate(input_ids=ids, attention_mask=mask, **common)
         ref_new = ref[0, ids.shape[1]:].tolist()
         _reset_compiler()
+        kwargs, how = self.generation_kwargs()
         with torch.no_grad(), count_graphs() as counted:
             out = self.dev_model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                          **common, **self.generation_kwargs())
+                                          **common, **kwargs)
         graphs = counted.count
         self.record["graphs_compiled"]["L3"] = graphs
         out_new = out[0, -NEW_TOKENS:].cpu().tolist() if out.shape[1] >= NEW_TOKENS else out[0].cpu().tolist()
-        details = {"tokens": out_new, "cpu_tokens": ref_new, "graphs": graphs}
+        details = {"tokens": out_new, "cpu_tokens": ref_new, "graphs": graphs, "generate": how}
         if out_new != ref_new:
             first = next((i for i, (a, b) in enumerate(zip(out_new, ref_new)) if a != b), min(len(out_new), len(ref_new)))
             exc = LevelFailure(f"greedy tokens differ from CPU eager at new token {first}: "

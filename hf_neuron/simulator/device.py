@@ -49,11 +49,19 @@ def install() -> None:
     torch_neuronx_shim.install_finder()
     _install_cpu_only_warnings()
     _quiet_tensor_printing(C)
+    _register_process_group_backend()
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
     if host.device_count:
         device_module.set_device(min(local_rank, host.device_count - 1))
     _installed = True
+
+
+def _register_process_group_backend() -> None:
+    """`init_process_group(backend="neuron")`; registering is cheap, the backend builds on first use."""
+    from hf_neuron.simulator import distributed
+
+    distributed.register()
 
 
 def _quiet_tensor_printing(C) -> None:

@@ -154,6 +154,13 @@ def test_non_default_mode_warns_and_runs_as_default(mode):
     assert graph_log.records()[0]["mode"] == mode
 
 
+def test_compile_options_warn_and_run():
+    x = torch.randn(5)
+    with pytest.warns(UserWarning, match=r"ignores torch.compile options \['max_autotune'\]"):
+        out = torch.compile(lambda t: t * 4, backend="neuron", options={"max_autotune": True})(x)
+    torch.testing.assert_close(out, x * 4, rtol=0, atol=0)
+
+
 def _mask_fill(x, mask):
     x = x.clone()
     x[mask] = 0.0

@@ -71,10 +71,11 @@ def test_dataset_needs_messages(script, layout, no_training, tiny_model_dir, tmp
     assert not out.exists()
 
 
-def test_missing_split_is_named(script, layout, no_training, tiny_model_dir, chat_dataset, tmp_path):
+def test_missing_split_is_named(script, layout, no_training, tiny_model_dir, tmp_path):
     layout(world_size=1)
+    folder = write_jsonl(tmp_path / "data" / "train.jsonl", chat_rows(4)).parent
     with pytest.raises(script.ConfigurationError, match=r"no split 'train_sft' \(it has \['train'\]\)"):
-        script.build_trainer(base_args(tiny_model_dir, chat_dataset, tmp_path / "out", dataset_train_split="train_sft"))
+        script.build_trainer(base_args(tiny_model_dir, folder, tmp_path / "out", dataset_train_split="train_sft"))
 
 
 @pytest.mark.parametrize("kind", ["file", "folder"])
