@@ -207,6 +207,7 @@ SIZE_RULES.update({
     "num_mtp_layers": _cap(1),
     "num_kv_shared_layers": _cap(0),
     "laurel_rank": _positive_to(8),
+    "zero_expert_num": _cap(2),
     "mamba_d_ssm": _positive_to(2 * HIDDEN),
     "encoder_hash_byte_group_vocab": _positive_to(1024),
     "rotary_dim": _positive_to(8),
@@ -239,6 +240,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
     "dots1": {"n_routed_experts": EXPERTS, "num_experts_per_tok": EXPERTS_PER_TOKEN, "n_shared_experts": 1,
               "first_k_dense_replace": 1},
+    "hunyuan_v1_moe": {"num_experts": EXPERTS, "moe_topk": EXPERTS_PER_TOKEN},
     "deepseek_v2": {"num_experts_per_tok": EXPERTS_PER_TOKEN, "first_k_dense_replace": 1},
     "qwen4_exp_text": {"indexer_n_heads": HEADS, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM,
                        "indexer_budget": 16, "indexer_compress_ratio": 4},
@@ -436,11 +438,16 @@ def _shrink_level(config_cls, defaults, vocab_size: int, overrides: dict, nested
     fixed: dict[str, Any] = {}  # always passed
     ctx = {"heads": next((d[k] for k in ("num_attention_heads", "n_head", "n_heads", "attention_heads")
                           if isinstance(d.get(k), int)), None)}
+    per_layer_sizes: set[str] = set()
     for key, value in d.items():
         rule = SIZE_RULES.get(key)
         if rule is None:
             continue
-        new = rule(value, ctx)
+        if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            new = [rule(v, ctx) for v in value]  # per-layer sizes (gemma3n's intermediate_size)
+            per_layer_sizes.add(key)
+        else:
+            new = rule(value, ctx)
         if new != value:
             sized[key] = new
 
@@ -488,6 +495,9 @@ def _shrink_level(config_cls, defaults, vocab_size: int, overrides: dict, nested
         chosen, layer_lists = _select_layers(d, d[count_name])
         sized[count_name] = len(chosen)
         fixed[count_name] = len(chosen)
+        for key in per_layer_sizes:
+            if key in sized and len(sized[key]) == d[count_name]:
+                sized[key] = [sized[key][i] for i in chosen]
         if d.get("per_layer_config"):
             fixed["per_layer_config"] = _shrink_per_layer_config(d, sized, chosen)
 

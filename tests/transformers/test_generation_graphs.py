@@ -1,0 +1,74 @@
+"""The issue-3 workload compiles exactly 2 graphs on Neuron, with the tokens of CPU eager generation.
+
+8 greedy prompts of 20-140 tokens, max_cache_len 256, prefill chunk 32, 16 new tokens; dense (Llama)
+and sliding-window (Mistral, window 64) models, batch size 1 and 4 (left padded to the longest
+prompt only: generate pads to the chunk multiple itself). Graphs are counted by the simulator's
+graph log, with the "neuron" backend that the generation defaults choose.
+"""
+
+import pytest
+import torch
+
+from hf_neuron.simulator import graph_log
+from hf_neuron.transformers import upstream_behaviour
+from hf_neuron.transformers.cache import FIX_NAME as SLIDING_FIX
+from hf_neuron.transformers.generation import MASK_FIX, PAD_FIX, STRIDES_FIX
+from hf_neuron.transformers.workload import generate_batches, tiny_workload_model, workload_prompts
+
+RECIPE = {"max_cache_len": 256, "prefill_chunk_size": 32}
+
+
+def _count_graphs(model, prompts, batch_size, **kwargs):
+    torch._dynamo.reset()
+    with graph_log.count_graphs() as graphs:
+        tokens = generate_batches(model, prompts, batch_size, **kwargs)
+    assert all(r["status"] == "compiled" for r in graphs.records), graphs.records
+    return graphs.count, tokens
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("kind", ["dense", "sliding"])
+def test_workload_compiles_two_graphs_with_cpu_tokens(kind, batch_size, fresh_dynamo):
+    model = tiny_workload_model(kind)
+    prompts = workload_prompts(model.config.vocab_size)
+    expected = generate_batches(model, prompts, batch_size)  # CPU, eager, dynamic cache
+
+    model.to("neuron")
+    count, tokens = _count_graphs(model, prompts, batch_size, **RECIPE)
+
+    assert count == 2
+    assert [t.shape for t in tokens] == [e.shape for e in expected]
+    for got, want in zip(tokens, expected):
+        assert torch.equal(got, want)
+
+
+# Each fix alone: a small workload that compiles more than 2 graphs without it, exactly 2 with it.
+CASES = {
+    # prompts padded to 32 and 64 tokens: chunk position_ids are views with strides 32 and 64
+    STRIDES_FIX: ("dense", (20, 40), 32, 4),
+    # one 64-token prompt: SDPA skips the mask of the first chunk only
+    MASK_FIX: ("dense", (64,), None, 4),
+    # 40 and 50 tokens unpadded: last chunks of 8 and 18 tokens
+    PAD_FIX: ("dense", (40, 50), None, 4),
+    # a window of 64 crossed during decode: one graph per step upstream
+    SLIDING_FIX: ("sliding", (60,), 32, 8),
+}
+
+
+@pytest.mark.parametrize("fix_name", list(CASES))
+def test_each_fix_is_needed_for_two_graphs(fix_name, fresh_dynamo):
+    kind, lengths, pad_multiple, new_tokens = CASES[fix_name]
+    model = tiny_workload_model(kind)
+    prompts = workload_prompts(model.config.vocab_size, lengths)
+    expected = generate_batches(model, prompts, 1, pad_multiple=pad_multiple, max_new_tokens=new_tokens)
+    model.to("neuron")
+    kwargs = dict(RECIPE, pad_multiple=pad_multiple, max_new_tokens=new_tokens)
+
+    with upstream_behaviour(fix_name):
+        without, _ = _count_graphs(model, prompts, 1, **kwargs)
+    with_fix, tokens = _count_graphs(model, prompts, 1, **kwargs)
+
+    assert without > 2
+    assert with_fix == 2
+    for got, want in zip(tokens, expected):
+        assert torch.equal(got, want)
