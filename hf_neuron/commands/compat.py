@@ -1,8 +1,8 @@
-"""``hf-neuron compat``: which of the top-100 text-generation architectures run on Neuron.
+"""hf-neuron compat: which of the top-100 text-generation architectures run on Neuron.
 
 Runs levels L1-L5 per architecture, each in a worker subprocess with a timeout, writes
-``compatibility/results/<transformers version>-<device kind>.json`` after every architecture, and
-regenerates the table in ``compatibility/README.md`` and the coverage chart.
+compatibility/results/<transformers version>-<device kind>.json after every architecture, and
+regenerates the table in compatibility/README.md and the coverage chart.
 """
 
 from __future__ import annotations

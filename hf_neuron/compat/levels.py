@@ -261,7 +261,9 @@ class ArchRun:
             reason, op = describe_exception(exc, stage="tiny model")
             raise LevelFailure(reason, op or "hf_neuron.testing.tiny_models") from exc
         self.record["model_class"] = cls.__name__
+        self.stage("load on CPU")
         self.cpu_model = cls.from_pretrained(self.model_dir, dtype=torch.float32).eval()
+        self.stage(f"from_pretrained(device_map={self.device!r})")
         try:
             self.dev_model, info = cls.from_pretrained(
                 self.model_dir, dtype=torch.float32, device_map=self.device, output_loading_info=True)
@@ -293,6 +295,7 @@ class ArchRun:
         mask = torch.ones_like(ids)
         with torch.no_grad():
             ref = self.cpu_model(input_ids=ids, attention_mask=mask).logits.float()
+            self.stage("forward on device")
             out = self.dev_model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
             out = out.float().cpu()
         if out.shape != ref.shape:
@@ -344,6 +347,7 @@ class ArchRun:
         ref_new = ref[0, ids.shape[1]:].tolist()
         _reset_compiler()
         kwargs, how = self.generation_kwargs()
+        self.stage("generate on device")
         with torch.no_grad(), count_graphs() as counted:
             out = self.dev_model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                                           **common, **kwargs)
@@ -360,6 +364,10 @@ class ArchRun:
         return details
 
     # ---- L4: one training step -------------------------------------------------------------
+    def stage(self, text: str) -> None:
+        """Say what the level is doing, so that a crash that kills the worker names the step."""
+        self.emit({"event": "stage", "stage": text})
+
     def _train_step(self, model, ids, device, call=None):
         """Forward with labels and backward through ``call`` (the model itself, or its compiled form);
         gradients are read from ``model`` so parameter names match across the two."""
@@ -402,6 +410,7 @@ class ArchRun:
         try:
             ref_loss, ref_grads = self._train_step(self.cpu_model, ids, "cpu")
             details = {"cpu_loss": ref_loss}
+            self.stage("eager training step on device")
             try:
                 loss, grads = self._train_step(self.dev_model, ids, self.device)
             except Exception as exc:
@@ -412,6 +421,7 @@ class ArchRun:
             _reset_compiler()
             compiled = torch.compile(self.dev_model, backend=backend, dynamic=False, fullgraph=False)
             counted = count_graphs()
+            self.stage("compiled training step on device")
             try:
                 with counted:
                     loss, grads = self._train_step(self.dev_model, ids, self.device, call=compiled)

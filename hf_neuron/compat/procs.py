@@ -102,14 +102,17 @@ class Child:
 
     def log_since(self, offset: int, limit: int = 200_000) -> str:
         self._log.flush()
-        with open(self.log_path, "rb") as fh:
-            fh.seek(offset)
-            data = fh.read()
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return ""
         return data[-limit:].decode("utf-8", "replace")
 
-    def _descendants(self) -> list[int]:
-        """All live descendants of this child (torchrun's ranks run in sessions of their own, so the
-        process group alone does not reach them)."""
+    def _descendants(self, direct: bool = False) -> list[int]:
+        """Live descendants of this child, or only its children with ``direct`` (torchrun's ranks run
+        in sessions of their own, so the process group alone does not reach them)."""
         children: dict[int, list[int]] = {}
         try:
             entries = [e for e in os.listdir("/proc") if e.isdigit()]
@@ -122,6 +125,8 @@ class Child:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry))
+        if direct:
+            return list(children.get(self.proc.pid, []))
         out, todo = [], [self.proc.pid]
         while todo:
             for pid in children.get(todo.pop(), []):
@@ -129,18 +134,29 @@ class Child:
                 todo.append(pid)
         return out
 
-    def dump_stacks(self, wait: float = 1.5) -> None:
+    def dump_stacks(self, wait: float = 5.0) -> None:
         """Ask a hung worker where it is (faulthandler on SIGUSR1) before it is killed; for a torchrun
         job, ask its ranks (the launcher itself has no handler)."""
         if self.proc.poll() is not None or not hasattr(signal, "SIGUSR1"):
             return
-        targets = self._descendants() or [self.proc.pid]
-        for pid in targets:
+        # One process at a time: dumps written concurrently to the same log would interleave.
+        launcher = "torch.distributed.run" in " ".join(map(str, self.proc.args))
+        targets = sorted(self._descendants(direct=True)) if launcher else [self.proc.pid]
+        for pid in targets or [self.proc.pid]:
+            before = self.log_size()
             try:
                 os.kill(pid, signal.SIGUSR1)
             except ProcessLookupError:
-                pass
-        time.sleep(wait)
+                continue
+            # Wait until the dump has been written: the log grew and then stopped growing.
+            deadline, size, stable_since = time.monotonic() + wait, before, None
+            while time.monotonic() < deadline:
+                time.sleep(0.1)
+                now = self.log_size()
+                if now != size:
+                    size, stable_since = now, time.monotonic()
+                elif size > before and time.monotonic() - stable_since > 0.3:
+                    break
 
     def kill(self) -> None:
         descendants = self._descendants() if self.proc.poll() is None else []

@@ -236,7 +236,7 @@ class Runner:
         offset = child.log_size()
         start = time.monotonic()
         child.send(spec.to_json())
-        partial, level = None, None
+        partial, level, stage = None, None, None
         deadline = start + timeout
         while True:
             event = child.next_event(min(1.0, deadline - time.monotonic()))
@@ -247,7 +247,7 @@ class Runner:
                     continue
                 child.dump_stacks()
                 text = child.log_since(offset)
-                where = f" in {level}" if level else ""
+                where = (f" in {level}" if level else "") + (f" ({stage})" if stage else "")
                 record = dead_worker_record(spec, partial, level, self.config.levels,
                                             f"timeout after {timeout:g}s{where} (hang)", "", time.monotonic() - start)
                 frame = innermost_frame(text)
@@ -259,7 +259,8 @@ class Runner:
                 returncode = child.wait(10)
                 text = child.log_since(offset)
                 record = dead_worker_record(spec, partial, level, self.config.levels,
-                                            describe_exit(returncode) + (f" in {level}" if level else ""),
+                                            describe_exit(returncode) + (f" in {level}" if level else "")
+                                            + (f" ({stage})" if stage else ""),
                                             text, time.monotonic() - start)
                 return record, False
             kind = event.get("event")
@@ -271,9 +272,11 @@ class Runner:
                 if self.fatal:
                     raise FatalRunError(self.fatal)
             elif kind == "level_start":
-                level = event["level"]
+                level, stage = event["level"], None
+            elif kind == "stage":
+                stage = event["stage"]
             elif kind == "level_result":
-                partial, level = event["record"], None
+                partial, level, stage = event["record"], None, None
             elif kind == "result":
                 return event["record"], True
 
@@ -311,8 +314,16 @@ class Runner:
         specs = [s for s in specs if s.kind != KIND_REMOTE_CODE]
         if not specs:
             return
+        # Longest first (by an earlier run's timings, when there is one) so the sweep does not end
+        # with one worker busy on a slow architecture while the others idle; unknown ones first.
+        previous = R.by_model_type(self.results)
+
+        def cost(spec):
+            rec = previous.get(spec.model_type)
+            return -(rec or {}).get("timings", {}).get("total", float("inf"))
+
         todo: queue.Queue = queue.Queue()
-        for spec in specs:
+        for spec in sorted(specs, key=cost):
             todo.put(spec)
         jobs = max(1, min(self.config.jobs, len(specs)))
         progress = _Progress(len(specs), "compat L1-L4", self.config.progress)

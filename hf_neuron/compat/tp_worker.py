@@ -45,8 +45,12 @@ def run_tp(spec: ArchSpec, device: str, workdir: Path, world: int) -> dict:
     from hf_neuron.testing import tiny_models
 
     model_dir = workdir / spec.model_type
-    if not (model_dir / "config.json").exists():
-        raise LevelFailure(f"tiny checkpoint {model_dir} missing (L1 did not save it)")
+    # Phase 1 saved it, unless this is a --resume in a new run: then rank 0 saves it again (same seed,
+    # same weights) while the other ranks wait.
+    if not (model_dir / "config.json").exists() and int(os.environ.get("RANK", "0")) == 0:
+        tiny_models.save_tiny_model(spec.model_type, model_dir, seed=0)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
     cls = tiny_models.model_class_for(spec.model_type)
     single = cls.from_pretrained(model_dir, dtype=torch.float32, device_map=device).eval()
     try:

@@ -393,15 +393,13 @@ def _patch_errors(tp_module) -> None:
     @functools.wraps(original_check)
     def _check_tp_supported(model_name, tp_plan, num_heads, tp_config, **kwargs):
         if tp_plan is None:
-            from hf_neuron.diffusers.unsupported import UNSHARDABLE
+            from hf_neuron.diffusers.unsupported import reason_without_plan
 
-            reason = UNSHARDABLE.get(model_name)
-            hint = (
-                f" hf_neuron has no plan for it either: {reason}" if reason else
-                " hf_neuron has no plan for it either; see compatibility/diffusers.md for the classes it covers."
-            )
+            reason = reason_without_plan(model_name) or "not examined yet"
             raise ValueError(
-                f"{model_name} cannot be sharded with tensor parallelism: it has no `_tp_plan`.{hint}"
+                f"{model_name} cannot be sharded with tensor parallelism: it has no `_tp_plan`, upstream or from "
+                f"hf_neuron ({reason}). Run it without `parallel_config` (replicated on each device), or see "
+                f"compatibility/diffusers.md for the classes that can be sharded."
             )
         try:
             original_check(model_name, tp_plan, num_heads, tp_config, **kwargs)
@@ -419,8 +417,8 @@ def _patch_errors(tp_module) -> None:
             if name in str(exc):
                 raise
             raise ValueError(
-                f"Cannot shard {name} with tensor parallelism: {exc} The degree must divide every sharded "
-                f"projection (attention heads x head_dim, FFN width)."
+                f"{name}: {exc} The tensor-parallel degree must divide every sharded projection (attention heads "
+                f"x head_dim, FFN width)."
             ) from None
 
     tp_module._check_tp_supported = _check_tp_supported

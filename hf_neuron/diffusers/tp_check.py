@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 import traceback
@@ -96,6 +97,31 @@ def check_class(class_name: str, mesh, device, workdir: str, modes: list[str]) -
             record["memory"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
                                 "traceback": traceback.format_exc()[-3000:]}
 
+    if "compiled" in modes:
+        # The seed recipe: the sharded model with its repeated blocks compiled for the neuron backend.
+        try:
+            from hf_neuron.diffusers.compile_check import step_inputs
+            from hf_neuron.simulator import graph_log
+
+            model = spec.build()
+            model.enable_parallelism(config=TensorParallelConfig(mesh=mesh))
+            model.to(device)
+            torch._dynamo.reset()
+            model.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)
+            with graph_log.count_graphs() as first:
+                worst = _max_diff(reference, _run(model, device_inputs))
+            with graph_log.count_graphs() as later:
+                _run(model, step_inputs(spec, 1, device))
+            record["compiled"] = {
+                "ok": later.count == 0, "max_abs_diff": worst,
+                "graphs_first_step": first.count, "graphs_later_steps": later.count,
+            }
+        except Exception as exc:
+            record["compiled"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
+                                  "traceback": traceback.format_exc()[-3000:]}
+        finally:
+            torch._dynamo.reset()
+
     if "pretrained" in modes:
         path = os.path.join(workdir, class_name)
         try:
@@ -128,8 +154,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--classes", default="all", help="comma-separated class names, or 'all' (every tiny spec)")
     parser.add_argument("--device", default="auto", choices=("auto", "neuron", "cpu"))
-    parser.add_argument("--modes", default="memory,pretrained")
+    parser.add_argument("--modes", default="memory,pretrained", help="any of memory, pretrained, compiled")
     parser.add_argument("--out", default=None, help="JSON file rank 0 writes the per-class records to")
+    parser.add_argument("--workdir", default=None, help="directory for the tiny checkpoints (default: a temp dir)")
     args = parser.parse_args(argv)
 
     device_type = args.device
@@ -155,18 +182,21 @@ def main(argv=None) -> int:
     classes = list(TINY) if args.classes == "all" else [c for c in args.classes.split(",") if c]
     modes = [m for m in args.modes.split(",") if m]
 
+    # One checkpoint directory shared by the ranks of this launch (same host), named without a collective.
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT", "0")
+    workdir = args.workdir or os.path.join(tempfile.gettempdir(), f"hf_neuron_tp_check_{run_id}")
+    if dist.get_rank() == 0:
+        os.makedirs(workdir, exist_ok=True)
     records = []
-    with tempfile.TemporaryDirectory() as local_dir:
-        workdir = [local_dir]
-        dist.broadcast_object_list(workdir, src=0)  # one shared checkpoint directory (same host)
-        for class_name in classes:
-            record = check_class(class_name, mesh, device, workdir[0], modes)
-            records.append(record)
-            if dist.get_rank() == 0:
-                status = "PASS" if record["ok"] else "FAIL"
-                print(json.dumps({k: v for k, v in record.items() if k != "traceback"}, default=str)[:600]
-                      if not record["ok"] else f"{status} {class_name} {record}", flush=True)
-        dist.barrier()
+    for class_name in classes:
+        record = check_class(class_name, mesh, device, workdir, modes)
+        records.append(record)
+        if dist.get_rank() == 0:
+            summary = {k: v for k, v in record.items() if k != "traceback"}
+            print(("PASS " if record["ok"] else "FAIL ") + json.dumps(summary, default=str)[:800], flush=True)
+    dist.barrier()
+    if dist.get_rank() == 0 and not args.workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
     if dist.get_rank() == 0 and args.out:
         with open(args.out, "w") as f:
             json.dump({"device": device_type, "world_size": dist.get_world_size(), "results": records}, f, indent=1)

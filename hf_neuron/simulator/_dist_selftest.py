@@ -27,7 +27,13 @@ RANK = int(os.environ.get("RANK", "0"))
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))
 
+# A rank waits this long in a collective whose peers went elsewhere (after a failure) before it fails.
+COLLECTIVE_TIMEOUT = timedelta(seconds=120)
+
 _checks: dict[str, dict] = {}
+# The ranks agree on each check's outcome through the rendezvous store (not the backend under test),
+# and all stop after the first check that failed somewhere: one failure must not become a hang.
+_sync: dict = {"store": None, "stopped_at": None}
 
 
 class CheckFailed(AssertionError):
@@ -39,10 +45,26 @@ def expect(cond: bool, message: str) -> None:
         raise CheckFailed(message)
 
 
+def _all_ranks_passed(name: str, ok: bool) -> bool:
+    store = _sync["store"]
+    if store is None:
+        return ok
+    keys = [f"hf_neuron_selftest/{name}/{r}" for r in range(WORLD)]
+    store.set(keys[RANK], "1" if ok else "0")
+    try:
+        store.wait(keys, COLLECTIVE_TIMEOUT + timedelta(seconds=180))
+    except Exception:  # noqa: BLE001  (a rank never finished the check)
+        return False
+    return all(store.get(k) == b"1" for k in keys)
+
+
 def check(name: str):
     """Run the decorated function now and record whether it passed (and what it returned or raised)."""
 
     def run(fn):
+        if _sync["stopped_at"] is not None:
+            _checks[name] = {"ok": False, "detail": f"not run: check {_sync['stopped_at']!r} failed on a rank"}
+            return fn
         t0 = time.perf_counter()
         try:
             detail = fn()
@@ -54,6 +76,8 @@ def check(name: str):
                 "traceback": traceback.format_exc(limit=8),
             }
         _checks[name]["seconds"] = round(time.perf_counter() - t0, 2)
+        if not _all_ranks_passed(name, _checks[name]["ok"]):
+            _sync["stopped_at"] = name
         return fn
 
     return run
@@ -96,11 +120,30 @@ def train(model: torch.nn.Module, data, dev, shard: bool) -> None:
         opt.step()
 
 
+def _stream_shim() -> list[str]:
+    """FSDP2 creates streams and events through ``torch.neuron``; add them where the device module lacks them."""
+    added = []
+    if not hasattr(torch.neuron, "Stream"):
+        torch.neuron.Stream = lambda device=None, priority=0, **_: torch.Stream(
+            device=torch.device("neuron", torch.neuron.current_device() if device is None else torch.device(device).index),
+            priority=priority,
+        )
+        added.append("Stream")
+    if not hasattr(torch.neuron, "Event"):
+        torch.neuron.Event = lambda enable_timing=False, blocking=False, interprocess=False: torch.Event(
+            torch.device("neuron", torch.neuron.current_device()), enable_timing=enable_timing, blocking=blocking,
+            interprocess=interprocess,
+        )
+        added.append("Event")
+    return added
+
+
 def run(out_dir: Path, model_dir: Path | None) -> None:
     from hf_neuron.simulator import distributed as neuron_dist
 
-    neuron_dist.register()  # until device.install() does it
-    dist.init_process_group(backend="neuron", timeout=timedelta(seconds=300))
+    neuron_dist.register()  # idempotent; device.install() does it too
+    dist.init_process_group(backend="neuron", timeout=COLLECTIVE_TIMEOUT)
+    _sync["store"] = dist.distributed_c10d._get_default_store()
     dev = torch.device("neuron", torch.neuron.current_device())
     world_pg = dist.group.WORLD
 
@@ -114,17 +157,17 @@ def run(out_dir: Path, model_dir: Path | None) -> None:
     @check("all_reduce")
     def _():
         results = {}
-        for op, want in [
-            (dist.ReduceOp.SUM, sum(range(1, WORLD + 1))),
-            (dist.ReduceOp.AVG, sum(range(1, WORLD + 1)) / WORLD),
-            (dist.ReduceOp.MAX, WORLD),
-            (dist._make_nccl_premul_sum(0.5), sum(range(1, WORLD + 1)) * 0.5),
+        for name, op, want in [
+            ("sum", dist.ReduceOp.SUM, sum(range(1, WORLD + 1))),
+            ("avg", dist.ReduceOp.AVG, sum(range(1, WORLD + 1)) / WORLD),
+            ("max", dist.ReduceOp.MAX, WORLD),
+            ("premul_sum(0.5)", dist._make_nccl_premul_sum(0.5), sum(range(1, WORLD + 1)) * 0.5),
         ]:
             t = torch.full((3, 5), float(RANK + 1), device=dev)
             dist.all_reduce(t, op=op)
             expect(t.device == dev, f"result moved to {t.device}")
-            expect(torch.equal(t.cpu(), torch.full((3, 5), float(want))), f"{op}: got {t.cpu()[0, 0]}, want {want}")
-            results[str(op)] = t[0, 0].item()
+            expect(torch.equal(t.cpu(), torch.full((3, 5), float(want))), f"{name}: got {t.cpu()[0, 0]}, want {want}")
+            results[name] = t[0, 0].item()
         work = dist.all_reduce(torch.ones(4, device=dev), async_op=True)
         work.wait()
         expect(work.result()[0].device == dev, "Work.result() is not the neuron tensor")
@@ -347,6 +390,7 @@ def run(out_dir: Path, model_dir: Path | None) -> None:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        shimmed = _stream_shim()
         data = batches(2)
         ref = mlp(1).to(dev)
         train(ref, data, dev, shard=False)
@@ -357,7 +401,9 @@ def run(out_dir: Path, model_dir: Path | None) -> None:
         train(model, data, dev, shard=True)
         diffs = [max_diff(p.full_tensor(), q) for p, q in zip(model.parameters(), ref.parameters())]
         expect(max(diffs) < 1e-6, f"FSDP2 differs from single-process training: max diff {max(diffs):.3g}")
-        return {"max_param_diff": max(diffs)}
+        return {"max_param_diff": max(diffs), "shimmed": shimmed}
+
+    tp_models = {}
 
     @check("tp_llama_forward")
     def _():
@@ -375,17 +421,39 @@ def run(out_dir: Path, model_dir: Path | None) -> None:
         expect(n_dtensors > 0, "no parameter is sharded")
         gen = torch.Generator().manual_seed(3)
         ids = torch.randint(3, 200, (2, 9), generator=gen).to(dev)
+        tp_models.update(single=single, sharded=sharded, ids=ids)
         with torch.no_grad():
             want = single(input_ids=ids).logits
             got = sharded(input_ids=ids).logits
             got = got.full_tensor() if hasattr(got, "full_tensor") else got
             diff = max_diff(got, want)
             expect(diff < 1e-5, f"TP logits differ from single-process: max diff {diff:.3g}")
-            kwargs = {"max_new_tokens": 5, "min_new_tokens": 5, "do_sample": False}
+            # Eager generate: the collectives inside the decoding loop are what is checked here.
+            kwargs = {"max_new_tokens": 5, "min_new_tokens": 5, "do_sample": False, "disable_compile": True}
             want_tokens = single.generate(ids, attention_mask=torch.ones_like(ids), **kwargs).cpu().tolist()
             tokens = sharded.generate(ids, attention_mask=torch.ones_like(ids), **kwargs).cpu().tolist()
         expect(tokens == want_tokens, f"TP greedy tokens differ: {tokens} vs {want_tokens}")
         return {"max_abs_diff": diff, "sharded_params": n_dtensors}
+
+    @check("tp_llama_backward")
+    def _():
+        if not tp_models:
+            return "no tensor-parallel model"
+        single, sharded, ids = tp_models["single"], tp_models["sharded"], tp_models["ids"]
+        for model in (single, sharded):
+            model.train()
+            loss = model(input_ids=ids, labels=ids).loss
+            loss = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
+            loss.backward()
+        want = dict(single.named_parameters())
+        diffs = {}
+        for name, p in sharded.named_parameters():
+            expect(p.grad is not None, f"{name} has no gradient")
+            grad = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+            diffs[name] = max_diff(grad, want[name].grad)
+        worst = max(diffs, key=diffs.get)
+        expect(diffs[worst] < 1e-5, f"TP gradient of {worst} differs from single-process: {diffs[worst]:.3g}")
+        return {"max_grad_diff": diffs[worst], "params": len(diffs)}
 
     result = {"rank": RANK, "world": WORLD, "checks": _checks}
     (out_dir / f"rank{RANK}.json").write_text(json.dumps(result, indent=1, default=str))

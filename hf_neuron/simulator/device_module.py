@@ -106,6 +106,16 @@ def synchronize(device=None) -> None:
     """Work on the simulated device completes eagerly; nothing to wait for."""
 
 
+def Stream(device=None, priority: int = 0, **kwargs) -> torch.Stream:
+    """A stream on a neuron device (work completes eagerly on the simulated device)."""
+    return torch.Stream(device=torch.device("neuron", _index(device)), priority=priority)
+
+
+def Event(enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> torch.Event:
+    return torch.Event(torch.device("neuron", current_device()), enable_timing=enable_timing, blocking=blocking,
+                       interprocess=interprocess)
+
+
 def current_stream(device=None) -> torch.Stream:
     return torch.Stream(device=torch.device("neuron", _index(device)))
 

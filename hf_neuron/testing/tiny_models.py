@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranked", default=None, help="ranked TSV (model_type column) to report a top-N figure")
     parser.add_argument("--json", default=None, help="write the result rows to this JSON file")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per architecture")
+    parser.add_argument("--no-roundtrip", action="store_true", help="skip the save -> from_pretrained check")
     args = parser.parse_args(argv)
     if not args.audit:
         parser.print_help()
@@ -64,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from .tiny.audit import run_audit
 
     only = [t.strip() for t in args.only.split(",") if t.strip()] or None
-    rows = run_audit(only, ranked=args.ranked, json_path=args.json, timeout=args.timeout)
+    rows = run_audit(only, ranked=args.ranked, json_path=args.json, timeout=args.timeout,
+                     roundtrip=not args.no_roundtrip)
     return 0 if all(r["status"] == "pass" for r in rows) else 1
 
 

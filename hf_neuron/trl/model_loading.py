@@ -18,6 +18,7 @@ process's device itself).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from hf_neuron.fixes import fix
@@ -47,10 +48,20 @@ def shards_at_load(distributed_config) -> bool:
 
 
 def training_device():
-    """The device the Trainer of this process trains on (accelerate's ``PartialState().device``)."""
+    """The device the Trainer of this process trains on (accelerate's ``PartialState().device``), indexed.
+
+    Single-process accelerate reports an unindexed ``neuron``: that is ``neuron:LOCAL_RANK`` under a
+    launcher, else the current Neuron device.
+    """
+    import torch
     from accelerate import PartialState
 
-    return PartialState().device
+    device = PartialState().device
+    if device.type == "neuron" and device.index is None:
+        local_rank = os.environ.get("LOCAL_RANK")
+        index = int(local_rank) if local_rank is not None else torch.neuron.current_device()
+        device = torch.device("neuron", index)
+    return device
 
 
 def neuron_device_map(kwargs: dict):

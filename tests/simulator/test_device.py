@@ -103,3 +103,7 @@ def test_streams_and_events_complete_immediately():
     e = torch.Event(device="neuron")
     e.record()
     assert e.query()
+    assert torch.neuron.Stream().device.type == "neuron"
+    ev = torch.neuron.Event()
+    ev.record(torch.neuron.Stream())
+    ev.synchronize()

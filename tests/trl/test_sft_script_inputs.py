@@ -3,6 +3,7 @@ before anything is loaded onto a device or written."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -94,7 +95,7 @@ def test_command_line_error_is_one_clear_line(tiny_model_dir, tmp_path):
     data = write_jsonl(tmp_path / "text.jsonl", [{"text": "hello"}])
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), *base_args(tiny_model_dir, data, tmp_path / "out")],
-        capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "WORLD_SIZE": "1"},
+        capture_output=True, text=True, timeout=600, env={**os.environ, "WORLD_SIZE": "1", "HF_NEURON_SIMULATOR": "1"},
     )
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]

@@ -124,3 +124,48 @@ def read_results(result_dir: Path) -> dict[int, dict]:
         data = json.loads(path.read_text())
         results[data["rank"]] = data
     return results
+
+
+# --- checkpoint checks ----------------------------------------------------------------------------
+
+ALLOWED_FILES = {
+    "config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+    "training_args.bin", "README.md", "adapter_config.json", "adapter_model.safetensors",
+}
+VOLATILE_CONFIG_KEYS = {"transformers_version", "dtype", "torch_dtype", "use_cache"}  # TRL turns the cache off to train
+
+
+def check_standard_checkpoint(out_dir: Path, reference: dict, original_dir: Path) -> None:
+    """`out_dir` is a plain Transformers checkpoint equal to `reference` (the full weights at save time)."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    files = {p.name for p in out_dir.iterdir() if p.is_file()}
+    assert files <= ALLOWED_FILES | {f for f in files if f.startswith("model-") and f.endswith(".safetensors")}, files
+
+    config = json.loads((out_dir / "config.json").read_text())
+    original = json.loads((Path(original_dir) / "config.json").read_text())
+    for key in set(config) | set(original):
+        assert "neuron" not in key.lower() and "distributed" not in key.lower(), key
+        if key not in VOLATILE_CONFIG_KEYS:
+            assert config.get(key) == original.get(key), (key, config.get(key), original.get(key))
+    assert "neuron" not in json.dumps(config).lower()
+
+    with safe_open(out_dir / "model.safetensors", framework="pt") as saved, safe_open(
+        Path(original_dir) / "model.safetensors", framework="pt"
+    ) as initial:
+        assert set(saved.keys()) == set(initial.keys())
+        for name in saved.keys():
+            assert saved.get_slice(name).get_shape() == initial.get_slice(name).get_shape(), name
+        assert (saved.metadata() or {}).get("format") == "pt"
+
+    model, info = AutoModelForCausalLM.from_pretrained(out_dir, device_map="cpu", output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    state = model.state_dict()
+    assert set(state) == set(reference), set(state) ^ set(reference)
+    for name, tensor in reference.items():
+        loaded = state[name]
+        assert type(loaded) is torch.Tensor and loaded.device.type == "cpu", name
+        assert loaded.dtype == tensor.dtype and torch.equal(loaded, tensor), name

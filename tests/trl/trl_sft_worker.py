@@ -37,10 +37,28 @@ def _full_state_dict(model) -> dict[str, torch.Tensor]:
     return full
 
 
+BATCHES: list[dict] = []  # per training micro-batch: shape and padding
+
+
+def record_batches() -> None:
+    """Record the shape and the pad tokens of every batch the SFT trainer trains on."""
+    from trl import SFTTrainer
+
+    original = SFTTrainer.training_step
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        ids = inputs["input_ids"]
+        mask = inputs.get("attention_mask")
+        real = int(mask.sum()) if mask is not None else ids.numel()
+        BATCHES.append({"shape": list(ids.shape), "pad_tokens": ids.numel() - real, "tokens": ids.numel()})
+        return original(self, model, inputs, *args, **kwargs)
+
+    SFTTrainer.training_step = training_step
+
+
 class Recorder(TrainerCallback):
     def __init__(self):
         self.graphs_after_step: list[int] = []
-        self.batch_shapes: list[list[int]] = []
 
     def on_step_end(self, args, state, control, **kwargs):
         from hf_neuron.simulator import graph_log
@@ -60,6 +78,7 @@ class Recorder(TrainerCallback):
             "world_size": int(os.environ.get("WORLD_SIZE", "1")),
             "losses": [entry["loss"] for entry in state.log_history if "loss" in entry],
             "graphs_after_step": self.graphs_after_step,
+            "batches": BATCHES,
             "graph_inputs": [[shape for shape, _ in r.get("inputs", [])] for r in records],
             "graph_status": [r.get("status") for r in records],
             "trainable": trainable,
@@ -71,6 +90,7 @@ class Recorder(TrainerCallback):
 
 
 if __name__ == "__main__":
+    record_batches()
     script = load_script()
     trainer = script.main(sys.argv[1:], callbacks=[Recorder()])
     trainer.end()

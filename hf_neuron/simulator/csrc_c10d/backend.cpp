@@ -145,35 +145,66 @@ PostOp divide_outputs(std::vector<at::Tensor> views, const Reduction& r) {
   };
 }
 
+// Runs a post step (AVG's division) exactly once, whichever of gloo's completion callback, wait()
+// or isCompleted() gets there first.
+struct PostStep {
+  explicit PostStep(PostOp op) : op(std::move(op)) {}
+  void run() {
+    std::call_once(once, op);
+  }
+  PostOp op;
+  std::once_flag once;
+};
+
+c10::intrusive_ptr<c10::ivalue::Future> completed_future(const std::vector<at::Tensor>& outputs) {
+  auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+  future->markCompleted(c10::IValue(outputs));
+  return future;
+}
+
 // A Work over gloo's Work whose results are the neuron tensors, optionally finishing with a post
-// step (AVG's division) that runs as soon as gloo completes, on gloo's thread.
+// step. Where gloo's Work has a future, the post step runs as soon as gloo completes (on gloo's
+// thread), so futures chained on ours see final values; otherwise at wait() / isCompleted().
 class NeuronWork : public c10d::Work {
  public:
   NeuronWork(c10::intrusive_ptr<c10d::Work> inner, std::vector<at::Tensor> outputs, int rank, c10d::OpType op,
              PostOp post)
       : c10d::Work(rank, op), inner_(std::move(inner)), outputs_(std::move(outputs)) {
     if (post) {
-      auto outs = outputs_;
-      chain_ = inner_->getFuture()->then(
-          [post = std::move(post), outs](c10::ivalue::Future&) {
-            post();
-            return c10::IValue(outs);
-          },
-          c10::ListType::ofTensors());
+      post_ = std::make_shared<PostStep>(std::move(post));
+      if (auto inner_future = inner_future_or_null()) {
+        auto step = post_;
+        auto outs = outputs_;
+        chain_ = inner_future->then(
+            [step, outs](c10::ivalue::Future&) {
+              step->run();
+              return c10::IValue(outs);
+            },
+            c10::ListType::ofTensors());
+      }
     }
   }
 
   bool isCompleted() override {
-    return inner_->isCompleted() && (!chain_ || chain_->completed());
+    if (!inner_->isCompleted()) {
+      return false;
+    }
+    if (chain_) {
+      return chain_->completed();
+    }
+    if (post_ && inner_->isSuccess()) {
+      post_->run();
+    }
+    return true;
   }
 
   bool isSuccess() const override {
-    return inner_->isSuccess() && (!chain_ || !chain_->hasError());
+    return inner_->isSuccess() && (!chain_ || !chain_->completed() || !chain_->hasError());
   }
 
   std::exception_ptr exception() const override {
     auto e = inner_->exception();
-    if (!e && chain_ && chain_->hasError()) {
+    if (!e && chain_ && chain_->completed() && chain_->hasError()) {
       e = chain_->exception_ptr();
     }
     return e;
@@ -195,6 +226,8 @@ class NeuronWork : public c10d::Work {
     const bool ok = inner_->wait(timeout);
     if (chain_) {
       chain_->waitAndThrow();
+    } else if (post_) {
+      post_->run();
     }
     return ok;
   }
@@ -209,9 +242,16 @@ class NeuronWork : public c10d::Work {
       return chain_;
     }
     if (!future_) {
-      auto outs = outputs_;
-      future_ = inner_->getFuture()->then([outs](c10::ivalue::Future&) { return c10::IValue(outs); },
-                                          c10::ListType::ofTensors());
+      auto inner_future = post_ ? nullptr : inner_future_or_null();
+      if (inner_future) {
+        auto outs = outputs_;
+        future_ = inner_future->then([outs](c10::ivalue::Future&) { return c10::IValue(outs); },
+                                     c10::ListType::ofTensors());
+      } else {
+        // gloo gives no future for this op: complete it now.
+        wait(::kNoTimeout);
+        future_ = completed_future(outputs_);
+      }
     }
     return future_;
   }
@@ -229,8 +269,17 @@ class NeuronWork : public c10d::Work {
   }
 
  private:
+  c10::intrusive_ptr<c10::ivalue::Future> inner_future_or_null() {
+    try {
+      return inner_->getFuture();
+    } catch (const c10::Error&) {
+      return nullptr;
+    }
+  }
+
   c10::intrusive_ptr<c10d::Work> inner_;
   std::vector<at::Tensor> outputs_;
+  std::shared_ptr<PostStep> post_;
   c10::intrusive_ptr<c10::ivalue::Future> chain_;
   std::mutex future_mutex_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;

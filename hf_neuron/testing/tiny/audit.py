@@ -50,7 +50,43 @@ def _where(exc: BaseException) -> str:
     return ""
 
 
-def audit_one(model_type: str, *, seed: int = 0, timeout: int = 120) -> dict:
+def _check_roundtrip(model, config, model_type, input_ids, attention_mask, logits) -> None:
+    """write_checkpoint, then the Auto class and model_class_for(...).from_pretrained (offline) both load
+    every weight and give the same logits."""
+    import os
+    import tempfile
+
+    import torch
+
+    from .factory import auto_class_for, model_class_for, write_checkpoint
+
+    loaded = []
+    with tempfile.TemporaryDirectory(prefix="tiny-audit-") as tmp:
+        write_checkpoint(model, config, tmp, model_type=model_type)
+        previous = os.environ.get("HF_HUB_OFFLINE")
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        try:
+            for cls in (auto_class_for(model_type), model_class_for(model_type)):
+                reloaded, info = cls.from_pretrained(tmp, output_loading_info=True)
+                missing = sorted(info.get("missing_keys") or [])
+                if missing:
+                    raise AssertionError(f"{cls.__name__}.from_pretrained misses weights: {', '.join(missing[:5])}")
+                loaded.append(reloaded.eval())
+        finally:
+            if previous is None:
+                os.environ.pop("HF_HUB_OFFLINE", None)
+            else:
+                os.environ["HF_HUB_OFFLINE"] = previous
+    for reloaded in loaded:
+        with torch.no_grad():
+            out = reloaded(input_ids=input_ids, attention_mask=attention_mask)
+        again = out.logits if hasattr(out, "logits") else out[0]
+        if again.shape != logits.shape or not torch.equal(again, logits):
+            diff = (again - logits).abs().max().item() if again.shape == logits.shape else "shape"
+            raise AssertionError(f"reloaded {type(reloaded).__name__} gives different logits (max diff {diff})")
+
+
+def audit_one(model_type: str, *, seed: int = 0, timeout: int = 120, roundtrip: bool = True) -> dict:
     """Build, forward and generate one tiny model; return a result row (never raises)."""
     import torch
 
@@ -91,6 +127,9 @@ def audit_one(model_type: str, *, seed: int = 0, timeout: int = 120) -> dict:
                                            do_sample=False, pad_token_id=0)
             if generated.shape[-1] != input_ids.shape[-1] + 3:
                 raise AssertionError(f"generate returned shape {tuple(generated.shape)}")
+            if roundtrip:
+                row["stage"] = "roundtrip"
+                _check_roundtrip(model, config, model_type, input_ids, attention_mask, logits)
             row["status"] = "pass"
             row["stage"] = "done"
     except BaseException as exc:  # noqa: BLE001 - one row per architecture, whatever happens
@@ -186,12 +225,13 @@ def _group(reason: str) -> str:
 
 
 def run_audit(model_types: list[str] | None = None, *, ranked: str | None = None, json_path: str | None = None,
-              timeout: int = 120, out=sys.stdout) -> list[dict]:
+              timeout: int = 120, roundtrip: bool = True, out=sys.stdout) -> list[dict]:
     from transformers.utils import logging as hf_logging
 
     from .configs import known_model_types
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     types = model_types or known_model_types()
     ranked_types = read_ranked(ranked) if ranked else []
     for extra in ranked_types:
@@ -199,7 +239,7 @@ def run_audit(model_types: list[str] | None = None, *, ranked: str | None = None
             types.append(extra)
     rows = []
     for i, model_type in enumerate(types, 1):
-        row = audit_one(model_type, timeout=timeout)
+        row = audit_one(model_type, timeout=timeout, roundtrip=roundtrip)
         rows.append(row)
         flag = " [multimodal text-only]" if row["multimodal_text_only"] else ""
         params = f"{row['parameters']:,}" if row["parameters"] else "-"

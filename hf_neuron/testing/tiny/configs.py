@@ -55,16 +55,8 @@ class TinyModelError(ValueError):
     """A model type the tiny-model factory cannot build (unknown, or not a causal LM)."""
 
 
-def _const(value):
-    return lambda old, ctx: value if old is not None else None
-
-
 def _cap(value):
     return lambda old, ctx: (min(old, value) if isinstance(old, int) and not isinstance(old, bool) else old)
-
-
-def _at_least(value):
-    return lambda old, ctx: (max(old, value) if isinstance(old, int) and not isinstance(old, bool) else old)
 
 
 def _kv_heads(old, ctx):
@@ -230,7 +222,8 @@ LAYER_COUNT_NAMES = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "
 NOT_PER_LAYER = frozenset({"architectures", "mrope_section", "spatial_merge_size", "per_layer_config"})
 
 # Per model_type overrides, applied after the generic shrink at the config level with that model_type
-# (nested configs included). Each entry says why the generic rule is not enough.
+# (nested configs included; a dict value for a nested config's name is merged into it). Each entry
+# says why the generic rules are not enough.
 OVERRIDES: dict[str, dict[str, Any]] = {
     # Default configs without any attention layer (released checkpoints are hybrid): make them hybrid.
     "bamba": {"attn_layer_indices": [1]},
@@ -257,12 +250,6 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba": {"num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid", "hybrid"]},
     # Sliding layers use head_dim = per-layer qk_nope (scaled to 24) + qk_rope (8).
     "dots3_note_text": {"head_dim": 32},
-    # The class default fails its own validation.
-    # The draft model reuses the target's kv cache: no per-layer inputs, every layer kv-shared (derived).
-    "gemma4_assistant": {
-        "__defaults__": {"text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0}},
-        "text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0},
-    },
     # Reformer's causal LM must be a decoder; axial position shapes multiply to the positions and
     # their dims add up to the hidden size.
     "reformer": {"is_decoder": True, "axial_pos_shape": [32, 64], "axial_pos_embds_dim": [32, 32]},
@@ -325,7 +312,7 @@ def _layer_count_name(d: dict) -> str | None:
     return None
 
 
-def _select_layers(d: dict, n_layers: int) -> tuple[list[int], dict[str, Any]]:
+def _select_layers(d: dict, n_layers: int, target: int | None = None) -> tuple[list[int], dict[str, Any]]:
     """Pick the fewest layer indices that cover every distinct layer kind of the original pattern.
 
     Returns the indices and the rewritten per-layer attributes (lists, strings, index lists).
@@ -350,14 +337,17 @@ def _select_layers(d: dict, n_layers: int) -> tuple[list[int], dict[str, Any]]:
         if sig not in seen:
             seen.add(sig)
             chosen.append(i)
-    chosen = chosen[:MAX_LAYERS]
-    target = min(LAYERS, n_layers)
-    i = 0
-    while len(chosen) < target:
-        if i not in chosen:
-            chosen.append(i)
-        i += 1
-    chosen.sort()
+    if target and target > n_layers:
+        chosen = [i % n_layers for i in range(target)]  # more layers than the original: repeat its pattern
+    else:
+        chosen = chosen[:target or MAX_LAYERS]
+        target = min(target or LAYERS, n_layers)
+        i = 0
+        while len(chosen) < target:
+            if i not in chosen:
+                chosen.append(i)
+            i += 1
+        chosen.sort()
     rewritten: dict[str, Any] = {}
     for k, v in per_layer.items():
         picked = [v[i] for i in chosen]
@@ -467,8 +457,7 @@ def _shrink_level(config_cls, defaults, vocab_size: int, overrides: dict, nested
     for key in d:
         sub = vars(defaults).get(key)
         if isinstance(sub, PretrainedConfig):
-            sub_over = {k: v for k, v in OVERRIDES.get(getattr(sub, "model_type", ""), {}).items()
-                        if k != "__defaults__"}
+            sub_over = dict(OVERRIDES.get(getattr(sub, "model_type", ""), {}))
             if isinstance(overrides.get(key), dict):
                 sub_over.update(overrides[key])
             fixed[key] = _shrink_level(type(sub), sub, vocab_size, sub_over, nested=True).to_dict()
@@ -492,7 +481,8 @@ def _shrink_level(config_cls, defaults, vocab_size: int, overrides: dict, nested
     layer_lists: dict[str, Any] = {}
     count_name = _layer_count_name(d)
     if count_name is not None and sized.get(count_name, d[count_name]) != d[count_name]:
-        chosen, layer_lists = _select_layers(d, d[count_name])
+        wanted = overrides.get(count_name)
+        chosen, layer_lists = _select_layers(d, d[count_name], wanted if isinstance(wanted, int) else None)
         sized[count_name] = len(chosen)
         fixed[count_name] = len(chosen)
         for key in per_layer_sizes:
@@ -515,12 +505,14 @@ def _shrink_level(config_cls, defaults, vocab_size: int, overrides: dict, nested
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(vars(defaults).get(key), PretrainedConfig):
             continue  # applied to the nested config above
-        merged = {**d, **sized, **fixed}
-        fixed[key] = value(merged) if callable(value) else value
+        fixed[key] = value
 
     kwargs = {k: v for k, v in sized.items() if k not in derived}
     kwargs.update(fixed)
-    explicit_lists = {k: v for k, v in layer_lists.items() if k not in derived and k not in fixed}
+    # Patterns the config derives from other attributes (None field defaults: layer_types from
+    # sliding_window_pattern...) are left to it first, so user overrides of those attributes still apply.
+    derivable = derived | {k for k, v in _field_defaults(config_cls).items() if v is None}
+    explicit_lists = {k: v for k, v in layer_lists.items() if k not in derivable and k not in fixed}
     derived_lists = {k: v for k, v in layer_lists.items() if k not in kwargs and k not in explicit_lists}
     # A nested config instance may differ from its class defaults (mistral3's text config has no sliding
     # window): start from the instance's own values.
@@ -592,28 +584,27 @@ def default_config(model_type: str):
     """The config class's defaults for `model_type` (the released model's shape; no weights)."""
     from transformers import CONFIG_MAPPING
 
-    config_cls = CONFIG_MAPPING[model_type]
-    try:
-        return config_cls()
-    except Exception:
-        # Some defaults fail their own validation; the override table supplies a valid start.
-        start = OVERRIDES.get(model_type, {}).get("__defaults__", {})
-        return config_cls(**start)
+    return CONFIG_MAPPING[model_type]()
 
 
 def tiny_config(model_type: str, *, seed: int = 0, vocab_size: int | None = None, **overrides):
     """A tiny :class:`~transformers.PretrainedConfig` for `model_type` (hidden 64, 2+ layers, 4 heads).
 
-    `seed` is recorded for the factory (weights depend on it, the config does not). `vocab_size`
-    defaults to the tiny tokenizer's (512). Keyword `overrides` win over everything (a nested config
-    takes a dict: ``text_config={"num_hidden_layers": 4}``).
+    `seed` is accepted for symmetry with the model builders (weights depend on it, the config does
+    not). `vocab_size` defaults to the tiny tokenizer's (512). Keyword `overrides` win over everything
+    (a nested config takes a dict: ``text_config={"num_hidden_layers": 4}``); overriding the layer count
+    keeps every kind of layer as far as the count allows.
     """
     check_model_type(model_type)
     vocab_size = vocab_size or tok.VOCAB_SIZE
-    defaults = default_config(model_type)
-    table = {k: v for k, v in OVERRIDES.get(model_type, {}).items() if k != "__defaults__"}
-    table.update(overrides)
+    table = dict(OVERRIDES.get(model_type, {}))
+    for key, value in overrides.items():
+        # Nested config overrides merge with the table's (dbrx's attn_config keeps its rope_theta).
+        if key.endswith("_config") and isinstance(value, dict) and isinstance(table.get(key), dict):
+            value = {**table[key], **value}
+        table[key] = value
     try:
+        defaults = default_config(model_type)
         config = _shrink_level(type(defaults), defaults, vocab_size, table)
     except TinyModelError:
         raise

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
-import os
 import pathlib
 
 from . import tokenizer as tok
@@ -94,6 +95,12 @@ def count_parameters(config, model_type: str) -> int:
 
 def build_model(model_type: str, *, seed: int = 0, dtype=None, config=None, **overrides):
     """A tiny random model of `model_type`, deterministic for `seed` (CPU, eval mode)."""
+    return _build(model_type, seed=seed, dtype=dtype, config=config, **overrides)[0]
+
+
+def _build(model_type: str, *, seed: int = 0, dtype=None, config=None, **overrides):
+    """``(model, config)``: `config` is the full tiny config (composite for multimodal wrappers), which
+    may be larger than ``model.config`` when the causal-LM class takes only the text part."""
     import torch
 
     dtype = _resolve_dtype(dtype)
@@ -105,6 +112,7 @@ def build_model(model_type: str, *, seed: int = 0, dtype=None, config=None, **ov
             f"tiny {model_type!r} would have {n_params:,} parameters (> {MAX_PARAMETERS:,}): the generic shrink "
             f"missed a size; add an entry for it to OVERRIDES in hf_neuron/testing/tiny/configs.py"
         )
+    # Seed a private RNG state so building never disturbs the caller's random stream.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = _instantiate(config, model_type, dtype=torch.float32)
@@ -114,13 +122,26 @@ def build_model(model_type: str, *, seed: int = 0, dtype=None, config=None, **ov
         gen.pad_token_id = tok.PAD_TOKEN_ID
         gen.bos_token_id = tok.BOS_TOKEN_ID
         gen.eos_token_id = tok.EOS_TOKEN_ID
-    return model.eval()
+    return model.eval(), config
 
 
 def tiny_model(model_type: str, *, seed: int = 0, dtype=None, **overrides):
     """``(model, tokenizer)`` in memory: a tiny random `model_type` model and the tiny tokenizer."""
     model = build_model(model_type, seed=seed, dtype=dtype, **overrides)
     return model, tok.build_tokenizer()
+
+
+@contextlib.contextmanager
+def _progress_bars_off():
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def save_tiny_model(model_type: str, out_dir, *, seed: int = 0, dtype=None, **overrides) -> pathlib.Path:
@@ -133,25 +154,38 @@ def save_tiny_model(model_type: str, out_dir, *, seed: int = 0, dtype=None, **ov
     if out.exists() and not out.is_dir():
         raise TinyModelError(f"{out} exists and is not a directory: choose a directory for the tiny model")
     # Everything that can fail (bad type, bad dtype, shrink failure) happens before anything is written.
-    model = build_model(model_type, seed=seed, dtype=dtype, **overrides)
-    tokenizer = tok.build_tokenizer()
+    model, config = _build(model_type, seed=seed, dtype=dtype, **overrides)
+    write_checkpoint(model, config, out, model_type=model_type, seed=seed)
+    return out
+
+
+def write_checkpoint(model, config, out_dir, *, model_type: str, seed: int | None = None) -> pathlib.Path:
+    """Save `model` (built from tiny `config`) and the tiny tokenizer to `out_dir`.
+
+    When the causal-LM class took only the text part of a composite config (qwen3_5, gemma3, mllama...),
+    config.json is the composite config, as in released checkpoints: ``model_type`` stays the one asked
+    for and ``AutoModelForCausalLM`` maps it back to the same class.
+    """
+    out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    with _progress_bars_off():
+        model.save_pretrained(out)
+    if type(model.config) is not type(config) and model.config.model_type != config.model_type:
+        composite = copy.deepcopy(config)
+        composite.architectures = [type(model).__name__]
+        composite.dtype = model.dtype
+        composite.save_pretrained(out)
+    tok.build_tokenizer().save_pretrained(out)
     info = {
         "model_type": model_type,
-        "config_model_type": model.config.model_type,
+        "config_model_type": config.model_type,
         "model_class": type(model).__name__,
         "auto_class": auto_class_for(model_type).__name__,
         "multimodal_text_only": is_multimodal_text_only(model_type),
         "seed": seed,
-        "dtype": str(_resolve_dtype(dtype)).removeprefix("torch."),
+        "dtype": str(model.dtype).removeprefix("torch."),
         "parameters": sum(p.numel() for p in model.parameters()),
         "tokenizer_fingerprint": tok.tokenizer_fingerprint(),
     }
     (out / "tiny_model.json").write_text(json.dumps(info, indent=2) + "\n")
     return out
-
-
-def environment_is_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE") == "1"

@@ -1,0 +1,51 @@
+"""Every hf_neuron TP plan: TP=2 output equals TP=1, loaded both ways diffusers supports.
+
+One torchrun launch (2 ranks, backend "neuron" on the simulator) checks every class of
+``hf_neuron.diffusers.testing.TINY`` through ``enable_parallelism`` and ``from_pretrained(parallel_config=)``.
+Where the simulator cannot run a class yet (no aten::convolution), a second launch proves the plan on
+CPU with gloo and the test is reported as xfail, naming the gap.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hf_neuron.diffusers._plan_registry import PLANS
+from hf_neuron.diffusers.testing import TINY
+
+from diffusers_adapter_helpers import hit_conv_gap, load_records, run_torchrun
+
+
+@pytest.fixture(scope="module")
+def tp_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tp") / "neuron.json"
+    run_torchrun("hf_neuron.diffusers.tp_check", "--device", "neuron", "--out", str(out))
+    records = load_records(out)
+    blocked = [name for name, record in records.items() if not record["ok"] and hit_conv_gap(record)]
+    cpu = {}
+    if blocked:
+        cpu_out = out.with_name("cpu.json")
+        run_torchrun("hf_neuron.diffusers.tp_check", "--device", "cpu", "--classes", ",".join(blocked),
+                     "--out", str(cpu_out))
+        cpu = load_records(cpu_out)
+    return records, cpu
+
+
+def test_every_plan_has_a_tiny_proof():
+    assert set(PLANS) <= set(TINY), sorted(set(PLANS) - set(TINY))
+    assert len(PLANS) >= 24
+
+
+@pytest.mark.parametrize("class_name", sorted(PLANS))
+def test_tp2_equals_tp1(tp_results, class_name):
+    records, cpu = tp_results
+    record = records[class_name]
+    if not record["ok"] and hit_conv_gap(record):
+        fallback = cpu[class_name]
+        assert fallback["ok"], fallback
+        pytest.xfail("the simulated device has no aten::convolution yet; TP=2 == TP=1 proven on CPU/gloo")
+    assert record["ok"], {k: v for k, v in record.items()}
+    for mode in ("memory", "pretrained"):
+        assert record[mode]["max_abs_diff"] <= 1e-5
+    # The plan shards the bulk of the block weights (the rest: AdaLN modulation, norms, convs).
+    assert record["sharded_fraction"] >= 0.45

@@ -1,0 +1,35 @@
+"""HF_NEURON_DISABLE=1 leaves Transformers untouched (no fix applied, upstream objects in place)."""
+
+import os
+import subprocess
+import sys
+
+CODE = """
+import transformers.generation.utils, transformers.cache_utils, transformers.modeling_utils
+from transformers.cache_utils import StaticSlidingWindowLayer
+from transformers.generation.utils import GenerationMixin
+from hf_neuron import fixes
+patched = [
+    getattr(StaticSlidingWindowLayer.update, "__hf_neuron_wrapped__", None),
+    getattr(GenerationMixin._prefill, "__hf_neuron_wrapped__", None),
+    getattr(transformers.modeling_utils.check_and_set_device_map, "__hf_neuron_wrapped__", None),
+]
+active = [f.name for f in fixes.all_fixes() if f.library == "transformers" and f.active]
+print("PATCHED", sum(p is not None for p in patched), "ACTIVE", len(active))
+"""
+
+
+def _run(disable: str) -> str:
+    env = dict(os.environ, HF_NEURON_DISABLE=disable, HF_NEURON_SIMULATOR="1")
+    result = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_disable_leaves_upstream_untouched():
+    assert _run("1") == "PATCHED 0 ACTIVE 0"
+
+
+def test_enabled_by_default():
+    patched, active = _run("0").split()[1::2]
+    assert int(patched) == 3 and int(active) >= 8
