@@ -70,10 +70,14 @@ def _graphs(rec: dict, level: str) -> str:
 
 
 def failure_category(reason: str) -> str:
-    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", reason)
-    text = re.sub(r"\d+(\.\d+)?(e-?\d+)?", "N", text)
-    text = re.sub(r"\[[^\]]*\]", "[…]", text)
-    return text[:110] + ("…" if len(text) > 110 else "")
+    """A reason with its architecture-specific parts (class names, shapes, numbers) blanked, so
+    that the same failure in different architectures groups together."""
+    text = re.sub(r"'\w*Config'", "'<Config>'", reason)
+    text = re.sub(r"'[^']*'|\"[^\"]*\"",
+                  lambda m: m.group(0) if re.fullmatch(r"['\"][<>\w.]{1,32}['\"]", m.group(0)) else "'…'", text)
+    text = re.sub(r"\[[^\]]*\d[^\]]*\]|\([^)]*\d[^)]*\)", lambda m: m.group(0)[0] + "…" + m.group(0)[-1], text)
+    text = re.sub(r"\b\d+(\.\d+)?(e-?\d+)?\b", "N", text)
+    return text[:140] + ("…" if len(text) > 140 else "")
 
 
 def grouped_failures(records: list[dict]) -> list[tuple[str, list[str]]]:
@@ -180,7 +184,9 @@ def write_chart(results: dict, path: Path, ranking=None) -> Path:
     summary = R.summarize(results)
     cum = summary["cumulative"]
     l5 = summary["per_level"]["L5"]["pass"]
-    labels = ["L1\nload", "L1-L2\nforward", "L1-L3\ngenerate\n(headline)", "L1-L4\ntrain", "L5\nTP=2 pass"]
+    tp_tested = l5 + summary["per_level"]["L5"]["fail"]
+    labels = ["L1\nload", "L1-L2\nforward", "L1-L3\ngenerate\n(headline)", "L1-L4\ntrain",
+              f"L5 TP=2\n(of {tp_tested} with\na TP plan)"]
     values = [cum["L1"], cum["L2"], cum["L3"], cum["L4"], l5]
     opt = optimum_neuron_in_top100(ranking)
     labels.append("optimum-neuron\n0.4.5 registry\n(9 types)")

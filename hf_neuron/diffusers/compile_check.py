@@ -58,6 +58,11 @@ def check_class(class_name: str, device: str = "neuron", steps: int = STEPS) -> 
         references = [_forward(model, step_inputs(spec, k)) for k in range(steps)]
         record["block_classes"] = compiled_block_classes(model)
         model.to(device)
+        eager = _forward(model, step_inputs(spec, 0, device))
+        record["eager_max_abs_diff"] = max((e - r).abs().max().item() for e, r in zip(eager, references[0]))
+        for ref, out in zip(references[0], eager):
+            torch.testing.assert_close(out, ref, atol=ATOL, rtol=RTOL)
+        record["eager"] = True
         torch._dynamo.reset()
         model.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)
         worst = 0.0

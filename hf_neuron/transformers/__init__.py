@@ -23,7 +23,7 @@ from hf_neuron.transformers.generation import (
 from hf_neuron.transformers.tokenization import generation_padding_kwargs, tokenize_prompts
 
 # Modules whose import registers fixes (importing them does not import Transformers submodules).
-FIX_MODULES = ("generation", "cache", "placement", "loading")
+FIX_MODULES = ("generation", "cache", "placement", "loading", "tensor_parallel")
 
 
 def activate() -> None:

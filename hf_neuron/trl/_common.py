@@ -8,6 +8,7 @@ import functools
 import importlib.machinery
 import importlib.util
 import logging
+import os
 import sys
 import threading
 from typing import Any, Callable
@@ -95,16 +96,34 @@ def when_ready(module_name: str, callback: Callable[[Any], None]) -> None:
 PATCHED = "__hf_neuron_patched__"
 
 
+def module_path(module_name: str) -> str | None:
+    """The source file of a module, found without importing it or its parent packages."""
+    top, *rest = module_name.split(".")
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name: nothing else gets imported
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not rest:
+        return spec.origin
+    base = next(iter(spec.submodule_search_locations or []), None)
+    if base is None:
+        return None
+    candidate = os.path.join(base, *rest)
+    for path in (candidate + ".py", os.path.join(candidate, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def module_ast(module_name: str) -> ast.Module | None:
     """The parsed source of a module, without importing it (None when it does not exist)."""
-    try:
-        spec = importlib.util.find_spec(module_name)
-    except (ImportError, ValueError):
+    path = module_path(module_name)
+    if path is None or not path.endswith(".py"):
         return None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    with open(spec.origin, encoding="utf-8") as f:
+    with open(path, encoding="utf-8") as f:
         return ast.parse(f.read())
 
 

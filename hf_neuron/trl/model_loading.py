@@ -1,22 +1,26 @@
-"""Where TRL's trainers load a model given by name, on Neuron (fix ``trl.neuron_device_map``).
+"""How TRL's trainers load a model given by name, on Neuron.
 
-TRL's ``create_model_from_path`` (used by every trainer for ``model="name"``, reference and teacher
-models) defaults to ``device_map="auto"`` on any device but CPU/MPS, and the trainers force
-``device_map=None`` only for MULTI_GPU/DeepSpeed. On Neuron that means:
+TRL's ``create_model_from_path`` builds every model a trainer gets by name (the policy, reference
+and teacher models) from ``model_init_kwargs``. Two fixes adjust those kwargs on Neuron, only where
+the user left them unset:
 
-- without ``distributed_config``: "auto" does not place weights on a Neuron device, so the model
-  loads on the host and is moved afterwards (twice the host memory, a slow copy);
-- with ``DistributedConfig(tp_size=..)``: transformers rejects tensor parallelism together with any
-  ``device_map``, so the user has to know to pass ``device_map=None``.
-
-The fix gives ``create_model_from_path`` a Neuron default when the caller did not choose one: the
-process's own device (``neuron:LOCAL_RANK``, the device the Trainer trains on), or ``None`` when a
-``distributed_config`` shards the model at load time (transformers then puts each shard on the
-process's device itself).
+- ``trl.neuron_device_map``: TRL defaults to ``device_map="auto"`` on any device but CPU/MPS and
+  forces ``None`` only for MULTI_GPU/DeepSpeed. On Neuron, "auto" loads the weights on the host and
+  moves them afterwards, and with ``DistributedConfig(tp_size>1)`` transformers refuses to load
+  (tensor parallelism excludes a device_map). hf_neuron uses the process's Neuron device
+  (``neuron:LOCAL_RANK``, where the Trainer trains), or ``None`` when the ``distributed_config``
+  shards the model at load time (transformers then puts each shard on the process's device).
+- ``trl.tp_embedding_on_neuron``: with tensor parallelism, transformers shards the input embedding
+  on the vocabulary (``embedding_rowwise``). DTensor's vocab-parallel lookup masks the token ids of
+  other shards with boolean indexing (``ids[mask] = 0``), an ``index_put`` whose size depends on the
+  data, which Neuron cannot compile. hf_neuron shards those embeddings on the hidden dimension
+  (``embedding_colwise``, the same weights per rank, gathered after the lookup) unless the user
+  passed a ``tp_plan``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -26,18 +30,34 @@ from hf_neuron.trl._common import TRAINER_MODULES, UTILS_MODULE, function_source
 
 logger = logging.getLogger("hf_neuron")
 
+VOCAB_PARALLEL = "embedding_rowwise"
+HIDDEN_PARALLEL = "embedding_colwise"
+
 _original = None
-_logged = False
+# name -> adjust(model_id, kwargs) run in registration order before TRL's create_model_from_path.
+_adjusters: dict[str, object] = {}
+_logged: set[str] = set()
+
+
+def _log_once(key: str, message: str, *args) -> None:
+    if key not in _logged:
+        _logged.add(key)
+        logger.info(message, *args)
+
+
+def _as_distributed_config(value):
+    if isinstance(value, dict):
+        from transformers import DistributedConfig
+
+        return DistributedConfig.from_dict(value)
+    return value
 
 
 def shards_at_load(distributed_config) -> bool:
     """Whether ``from_pretrained(distributed_config=...)`` shards the model over several processes."""
+    distributed_config = _as_distributed_config(distributed_config)
     if distributed_config is None:
         return False
-    if isinstance(distributed_config, dict):
-        from transformers import DistributedConfig
-
-        distributed_config = DistributedConfig.from_dict(distributed_config)
     sizes = (
         getattr(distributed_config, "tp_size", 1) or 1,
         getattr(distributed_config, "dp_replicate_size", 1) or 1,
@@ -71,21 +91,13 @@ def neuron_device_map(kwargs: dict):
     return training_device()
 
 
+# --- the wrapper ----------------------------------------------------------------------------------
+
+
 def _wrap(original):
     def create_model_from_path(model_id, *args, **kwargs):
-        if "device_map" not in kwargs:
-            device = training_device()
-            if device.type == "neuron":
-                kwargs["device_map"] = neuron_device_map(kwargs)
-                global _logged
-                if not _logged:
-                    _logged = True
-                    logger.info(
-                        "hf_neuron: loading %s with device_map=%s (Neuron default; pass device_map in "
-                        "model_init_kwargs to change it).",
-                        model_id,
-                        kwargs["device_map"],
-                    )
+        for adjust in list(_adjusters.values()):
+            adjust(model_id, args, kwargs)
         return original(model_id, *args, **kwargs)
 
     return mark_patched(create_model_from_path, original)
@@ -117,13 +129,35 @@ def _rebind_trainer_module(module) -> None:
         module.create_model_from_path = patched
 
 
-def _gap() -> bool:
-    # Upstream closes the gap once create_model_from_path (or the trainers) know about Neuron.
-    mentions = function_source_mentions(UTILS_MODULE, "create_model_from_path", "neuron")
-    return mentions is False
+def _install(name: str, adjust) -> None:
+    _adjusters[name] = adjust
+    when_ready(UTILS_MODULE, _patch_utils)
+    for module in TRAINER_MODULES:
+        when_ready(module, _rebind_trainer_module)
 
 
-@fix("trl.neuron_device_map", "trl", _gap)
+# --- trl.neuron_device_map ------------------------------------------------------------------------
+
+
+def adjust_device_map(model_id, args, kwargs) -> None:
+    if "device_map" in kwargs or training_device().type != "neuron":
+        return
+    kwargs["device_map"] = neuron_device_map(kwargs)
+    _log_once(
+        "device_map",
+        "hf_neuron: loading %s with device_map=%s (Neuron default; set device_map in model_init_kwargs to "
+        "change it).",
+        model_id,
+        kwargs["device_map"],
+    )
+
+
+def _device_map_gap() -> bool:
+    # Upstream closes the gap once create_model_from_path knows about Neuron.
+    return function_source_mentions(UTILS_MODULE, "create_model_from_path", "neuron") is False
+
+
+@fix("trl.neuron_device_map", "trl", _device_map_gap)
 def install_neuron_device_map() -> None:
     """TRL's `create_model_from_path` defaults to `device_map="auto"` on Neuron, which loads the weights
     on the host before moving them, and with `DistributedConfig(tp_size>1)` makes transformers refuse to
@@ -132,6 +166,81 @@ def install_neuron_device_map() -> None:
 
     Detected from the source of `trl.trainer.utils.create_model_from_path`: it does not mention Neuron.
     """
-    when_ready(UTILS_MODULE, _patch_utils)
-    for name in TRAINER_MODULES:
-        when_ready(name, _rebind_trainer_module)
+    _install("device_map", adjust_device_map)
+
+
+# --- trl.tp_embedding_on_neuron -------------------------------------------------------------------
+
+
+def vocab_parallel_rules(model_id, architecture=None, trust_remote_code: bool = False) -> list[str]:
+    """The tp_plan rules of the model that shard an embedding on the vocabulary (built on the meta device)."""
+    import torch
+    import transformers
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_id, trust_remote_code=trust_remote_code)
+    if architecture is None:
+        architecture = getattr(transformers, (config.architectures or [""])[0], None)
+    if architecture is None:
+        return []
+    with torch.device("meta"):
+        if hasattr(architecture, "from_config"):
+            model = architecture.from_config(config, trust_remote_code=trust_remote_code)
+        else:
+            model = architecture._from_config(config)
+    return sorted(name for name, style in (getattr(model, "tp_plan", None) or {}).items() if style == VOCAB_PARALLEL)
+
+
+def adjust_tp_embedding(model_id, args, kwargs) -> None:
+    distributed_config = kwargs.get("distributed_config")
+    if distributed_config is None or training_device().type != "neuron":
+        return
+    distributed_config = _as_distributed_config(distributed_config)
+    if (getattr(distributed_config, "tp_size", 1) or 1) <= 1 or distributed_config.tp_plan is not None:
+        return  # no tensor parallelism, or the user chose the plan
+    architecture = args[0] if args else kwargs.get("architecture")
+    rules = vocab_parallel_rules(model_id, architecture, kwargs.get("trust_remote_code", False))
+    if not rules:
+        return
+    kwargs["distributed_config"] = dataclasses.replace(
+        distributed_config, tp_plan=dict.fromkeys(rules, HIDDEN_PARALLEL)
+    )
+    _log_once(
+        "tp_embedding",
+        "hf_neuron: tensor parallelism on Neuron shards %s on the hidden dimension (%s): the vocabulary-parallel "
+        "lookup needs a boolean-mask index_put Neuron cannot compile. Pass tp_plan in DistributedConfig to change "
+        "this.",
+        ", ".join(rules),
+        HIDDEN_PARALLEL,
+    )
+
+
+def _tp_embedding_gap() -> bool:
+    # Read from torch's source without importing torch.distributed here (activation may run inside
+    # `import torch`): the vocab-parallel mask is written with boolean indexing.
+    import ast
+
+    from hf_neuron.trl._common import module_ast
+
+    tree = module_ast("torch.distributed.tensor.placement_types")
+    if tree is None:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "_MaskPartial":
+            source = ast.unparse(node)
+            return "[mask] = 0" in source or "[mask]=0" in source
+    return False
+
+
+@fix("trl.tp_embedding_on_neuron", "trl", _tp_embedding_gap)
+def install_tp_embedding() -> None:
+    """With tensor parallelism, transformers shards input embeddings on the vocabulary, and DTensor's
+    vocab-parallel lookup masks out-of-shard token ids with a boolean-mask `index_put`, which Neuron
+    cannot compile. For models TRL loads on Neuron with `DistributedConfig(tp_size>1)` and no `tp_plan`,
+    hf_neuron shards those embeddings on the hidden dimension (`embedding_colwise`) instead.
+
+    Detected from torch's `_MaskPartial` source (it writes `tensor[mask] = 0`), and per model from its
+    tp_plan (a rule with `embedding_rowwise`).
+    """
+    _install("tp_embedding", adjust_tp_embedding)
+

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+
 import diffusers
 import pytest
 import torch
-import torch.distributed as dist
-from diffusers import DiffusionPipeline, TensorParallelConfig
+from diffusers import TensorParallelConfig
 
 from hf_neuron.diffusers.testing import TINY
 
@@ -67,25 +71,33 @@ def test_device_map(tmp_path):
         )
 
 
-class _OnePipeline(DiffusionPipeline):
+_OFFLOAD_CHECK = """
+import tempfile, torch, torch.distributed as dist
+from diffusers import DiffusionPipeline, TensorParallelConfig
+from torch.distributed.device_mesh import init_device_mesh
+from hf_neuron.diffusers.testing import TINY
+
+class OnePipeline(DiffusionPipeline):
     def __init__(self, transformer):
         super().__init__()
         self.register_modules(transformer=transformer)
 
-
-@pytest.fixture
-def single_rank_group(tmp_path):
-    dist.init_process_group("neuron", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+dist.init_process_group("neuron", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+model = TINY["ChromaTransformer2DModel"].build()
+model.enable_parallelism(config=TensorParallelConfig(mesh=init_device_mesh("neuron", (1,))))
+try:
+    getattr(OnePipeline(model), "{offload}")(device="neuron")
+except ValueError as exc:
+    print("REJECTED:", exc)
+dist.destroy_process_group()
+"""
 
 
 @pytest.mark.parametrize("offload", ["enable_model_cpu_offload", "enable_sequential_cpu_offload"])
-def test_cpu_offload_of_a_sharded_model(single_rank_group, offload):
-    from torch.distributed.device_mesh import init_device_mesh
-
-    model = TINY["ChromaTransformer2DModel"].build()
-    model.enable_parallelism(config=TensorParallelConfig(mesh=init_device_mesh("neuron", (1,))))
-    pipe = _OnePipeline(model)
-    with pytest.raises(ValueError, match=r"ChromaTransformer2DModel.*sharded with tensor parallelism.*CPU-offloaded"):
-        getattr(pipe, offload)(device="neuron")
+def test_cpu_offload_of_a_sharded_model(offload):
+    # A fresh process: the neuron runtime must not be in use before init_process_group.
+    env = {**os.environ, "HF_NEURON_SIMULATOR": "1"}
+    result = subprocess.run([sys.executable, "-c", _OFFLOAD_CHECK.replace("{offload}", offload)], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert re.search(r"REJECTED: .*ChromaTransformer2DModel.*sharded with tensor parallelism.*CPU-offloaded",
+                     result.stdout), result.stdout[-2000:] + result.stderr[-4000:]

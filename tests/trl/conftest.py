@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from trl_sft_helpers import chat_rows, write_jsonl  # noqa: E402
+from trl_sft_helpers import GLOBAL_BATCH, LAYOUTS, RECIPE, chat_rows, write_jsonl  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -23,19 +23,6 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 def chat_dataset(tmp_path_factory) -> Path:
     """64 short two-turn conversations, as one JSONL file with a `messages` column (and another one)."""
     return write_jsonl(tmp_path_factory.mktemp("trl-data") / "chat.jsonl", chat_rows(64))
-
-
-# The seed recipe scaled down: packing wrapped, torch_compile, bf16; the same global batch of 4
-# sequences in every layout. max_length 192 is not a multiple of 128: full packs would pad to 256
-# and the remainder packs to 128 without `trl.pad_packed_to_max_length`.
-GLOBAL_BATCH = 4
-RECIPE = dict(max_length=192, max_steps=3, gradient_checkpointing="false")
-LAYOUTS = {  # name: (processes, TP_SIZE, FSDP_SIZE)
-    "single": (1, 1, 1),
-    "tp2": (2, 2, 1),
-    "fsdp2": (2, 1, 2),
-    "tp2_fsdp2": (4, 2, 2),
-}
 
 
 @pytest.fixture(scope="session")

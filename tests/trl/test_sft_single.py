@@ -10,8 +10,7 @@ import random
 import pytest
 import torch
 
-from conftest import RECIPE
-from trl_sft_helpers import chat_rows, check_standard_checkpoint, write_jsonl
+from trl_sft_helpers import RECIPE, chat_rows, check_standard_checkpoint, write_jsonl
 
 pytestmark = pytest.mark.slow
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import importlib.util
 import json
 import os
@@ -15,17 +16,39 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "sft_neuron_example.py"
 WORKER = Path(__file__).with_name("trl_sft_worker.py")
 
+# The seed recipe scaled down: packing wrapped, torch_compile, bf16; the same global batch of 4
+# sequences in every layout. max_length 192 is not a multiple of 128: full packs would pad to 256
+# and the remainder packs to 128 without `trl.pad_packed_to_max_length`.
+GLOBAL_BATCH = 4
+# Activation checkpointing off: under torch.compile, checkpointed SDPA saves the host RNG state, a
+# tensor of symbolic size that the simulated backend rejects as a dynamic shape (reported).
+RECIPE = dict(max_length=192, max_steps=3, gradient_checkpointing="false")
+LAYOUTS = {  # name: (processes, TP_SIZE, FSDP_SIZE)
+    "single": (1, 1, 1),
+    "tp2": (2, 2, 1),
+    "fsdp2": (2, 1, 2),
+    "tp2_fsdp2": (4, 2, 2),
+}
+
+
 WORDS = (
     "the quick brown fox jumps over a lazy dog while neuron cores compile static graphs for every shape "
     "of batch and sequence that the trainer feeds them during supervised fine tuning"
 ).split()
 
 
-def load_script():
-    """``scripts/sft_neuron_example.py`` as a module (it is a script, not part of the package)."""
+def load_script(isolated: bool = True):
+    """``scripts/sft_neuron_example.py`` as a module (it is a script, not part of the package).
+
+    ``isolated``: run its top level in a copy of the current context, so that the Dynamo setting it
+    makes (``automatic_dynamic_shapes = False``, a context variable) does not leak into other tests.
+    """
     spec = importlib.util.spec_from_file_location("sft_neuron_example", SCRIPT)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    if isolated:
+        contextvars.copy_context().run(spec.loader.exec_module, module)
+    else:
+        spec.loader.exec_module(module)
     return module
 
 

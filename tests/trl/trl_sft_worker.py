@@ -91,6 +91,6 @@ class Recorder(TrainerCallback):
 
 if __name__ == "__main__":
     record_batches()
-    script = load_script()
+    script = load_script(isolated=False)
     trainer = script.main(sys.argv[1:], callbacks=[Recorder()])
     trainer.end()

@@ -13,6 +13,7 @@ import json
 import re
 import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -20,7 +21,7 @@ import warnings
 
 @contextlib.contextmanager
 def _time_limit(seconds: int):
-    if seconds <= 0 or not hasattr(signal, "SIGALRM"):
+    if seconds <= 0 or not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
         yield
         return
 
@@ -220,7 +221,7 @@ def read_ranked(path: str) -> list[str]:
 
 
 def _group(reason: str) -> str:
-    reason = re.sub(r"\d+", "N", reason)
+    reason = re.sub(r"\b\d+\b", "N", reason)
     return reason[:120]
 
 

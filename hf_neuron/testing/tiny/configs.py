@@ -229,6 +229,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "bamba": {"attn_layer_indices": [1]},
     "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    "lfm2": {"full_attn_idxs": [1]},  # released LFM2s mix short-conv and attention layers
     # Defaults leave the layer pattern / expert counts unset (None) for the checkpoint to fill.
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
     "dots1": {"n_routed_experts": EXPERTS, "num_experts_per_tok": EXPERTS_PER_TOKEN, "n_shared_experts": 1,
