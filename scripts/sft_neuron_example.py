@@ -16,6 +16,11 @@ number of processes. The saved model is a standard Transformers checkpoint that 
 local dataset folder, or a single data file (``.json``/``.jsonl``/``.parquet``/...). Each row needs a
 ``messages`` column (a list of ``{"role", "content"}``); the other columns are dropped.
 Without TP_SIZE/FSDP_SIZE, all processes do FSDP (TP_SIZE=1, FSDP_SIZE=WORLD_SIZE).
+
+Neuron compiles one graph per input shape, so the defaults keep shapes few: packed batches all have
+``max_length`` tokens, unpacked ones a multiple of 128 (hf_neuron's TRL adapter), and the last,
+smaller batch of an epoch is dropped (``--dataloader_drop_last false`` keeps it). The final model is
+written to a staging folder inside ``--output_dir`` and moved in once complete.
 """
 
 from __future__ import annotations
@@ -144,10 +149,16 @@ def save_model_atomically(trainer: SFTTrainer, output_dir: str) -> None:
     trainer.accelerator.wait_for_everyone()
 
 
+def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, SFTConfig, ModelConfig]:
+    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
+    # The last, smaller batch of an epoch has a shape of its own: on Neuron, one more compile.
+    parser.set_defaults(dataloader_drop_last=True)
+    return parser.parse_args_and_config(args=argv)
+
+
 def build_trainer(argv: list[str] | None = None, callbacks=None) -> tuple[SFTTrainer, str]:
     """Parse the arguments, check them, and build the SFTTrainer (nothing is written before)."""
-    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
-    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    script_args, training_args, model_args = parse_args(argv)
 
     tp_size, fsdp_size, world_size = parallel_layout()
     if model_args.model_name_or_path is None:

@@ -284,8 +284,7 @@ class ArchRun:
                                op="save_tiny_model/from_pretrained")
         n_params = sum(p.numel() for p in self.cpu_model.parameters())
         tp_plan = bool(getattr(self.cpu_model, "supports_tp_plan", False))
-        return {"parameters": n_params, "tp_plan": tp_plan, "model_dir": str(self.model_dir),
-                "multimodal_text_only": self.spec.kind == KIND_MULTIMODAL}
+        return {"parameters": n_params, "tp_plan": tp_plan, "multimodal_text_only": self.spec.kind == KIND_MULTIMODAL}
 
     # ---- L2: eager forward -----------------------------------------------------------------
     def level_l2(self) -> dict:

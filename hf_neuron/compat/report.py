@@ -27,6 +27,7 @@ LEVEL_TITLES = {
     "L4": "training step (eager and compiled) = CPU",
     "L5": "tensor parallel TP=2 = single device",
 }
+TABLE_REASON_CHARS = 180
 _MARK = {"pass": "✓", "fail": "✗", "skip": "–", None: " "}
 DEVICE_TITLES = {"simulated": "simulated Neuron device", "trainium": "Trainium", "cpu": "CPU (harness self-test)"}
 
@@ -56,7 +57,8 @@ def _failure_text(rec: dict) -> str:
     failure = rec.get("failure")
     if failure:
         op = f" (at `{_cell(failure['op'])}`)" if failure.get("op") else ""
-        return f"{failure['level']}: {_cell(failure['reason'])}{op}"
+        reason = R.trim(failure["reason"], TABLE_REASON_CHARS)  # the full text is in the results file
+        return f"{failure['level']}: {_cell(reason)}{op}"
     if not rec.get("levels"):
         return "not run"
     if rec["levels"].get("L1") == "skip":

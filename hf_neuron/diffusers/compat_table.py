@@ -58,16 +58,26 @@ def _tp_cell(record: dict | None) -> str:
     return f"FAIL: {str(error)[:60]}"
 
 
+def short_error(error: str) -> str:
+    """The op or source line that broke a full graph, from Dynamo's message (else its first line)."""
+    import re
+
+    caused = re.search(r"Caused by: (.*?)\s+#\s+(\S+\.py:\d+) in (\w+)", error or "")
+    if caused:
+        return f"{caused.group(1).strip()[:60]} ({caused.group(2).rsplit('/', 1)[-1]} in {caused.group(3)})"
+    return (error or "").strip().splitlines()[0][:100] if error else ""
+
+
 def _compile_cell(record: dict | None) -> tuple[str, str]:
     if not record:
         return "", ""
     if record.get("ok"):
-        return "pass", f"{record['graphs_first_step']} graphs, {record['graphs_later_steps']} recompiles"
+        return "pass", f"{record['graphs_first_step']} graph(s), {record['graphs_later_steps']} recompiles"
     text = json.dumps(record, default=str)
     if CONV_GAP in text:
         return "blocked: no conv on simulator", ""
     eager = "pass" if record.get("eager") else "FAIL"
-    return eager, f"FAIL: {str(record.get('error', ''))[:70]}"
+    return eager, f"fullgraph fails: {short_error(record.get('error', ''))}"
 
 
 def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict) -> str:
@@ -81,6 +91,7 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict) -> str:
     upstream = [n for n, c in classes.items() if c._tp_plan is not None and plan_for(c._tp_plan) is None]
     passed_neuron = [n for n in ours if tp.get(n, {}).get("ok")]
     passed_cpu = [n for n in ours if tp_cpu.get(n, {}).get("ok")]
+    upstream_blocks = sum(1 for c in classes.values() if c._repeated_blocks) - len(rb._INSTALLED)
     lines = [
         "# diffusers on Neuron: tensor parallelism, regional compilation, pipelines",
         "",
@@ -92,8 +103,8 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict) -> str:
         f"`from_pretrained(parallel_config=)`, fp32, atol 1e-5): **{len(passed_neuron)}/{len(ours)}** on the "
         f"simulated device (backend `neuron`), **{len(passed_cpu)}/{len(ours)}** on CPU with gloo. The simulated "
         f"device has no `aten::convolution` yet, which blocks every class with a convolutional patch embedding.",
-        f"- `_repeated_blocks`: upstream sets it on {sum(1 for c in classes.values() if c._repeated_blocks) - len(rb._INSTALLED)} "
-        f"classes; hf_neuron adds it to {len(rb._INSTALLED)} (every block-structured class that lacked it).",
+        f"- `_repeated_blocks`: upstream sets it on {upstream_blocks} classes; hf_neuron adds it to "
+        f"{len(rb._INSTALLED)} (every block-structured class that lacked it).",
         "",
         "## Per class",
         "",
@@ -147,7 +158,11 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict) -> str:
             eager = compiled_cell = "blocked: no conv on simulator (VAE)"
         else:
             eager = compiled_cell = f"FAIL: {str(record.get('error', ''))[:60]}" if record else ""
-        tp2 = _tp_cell(tp.get(transformer)) or _tp_cell(tp_cpu.get(transformer))
+        tp2 = _tp_cell(tp.get(transformer))
+        if tp2.startswith("blocked") and tp_cpu.get(transformer, {}).get("ok"):
+            tp2 = f"transformer: {_tp_cell(tp_cpu.get(transformer))} on CPU/gloo; {tp2}"
+        elif tp2:
+            tp2 = f"transformer: {tp2}"
         if family == "qwenimage":
             tp2 = "scripts/diffusers_tp_example.py: 2 ranks, image saved (VAE decode on CPU until conv lands)"
         lines.append(f"| {family} | {transformer} | {plan} | {blocks} | {eager} | {compiled_cell} | {tp2} |")

@@ -205,22 +205,15 @@ class AcrossHeadsRMSNorm(torch.nn.Module):
         self.mesh = mesh
         self.full_dim = full_dim
         self.eps = norm.eps
-        weight = getattr(norm, "weight", None)
-        if weight is not None:
-            rank, size = mesh.get_local_rank(), mesh.size()
-            chunk = full_dim // size
-            weight = torch.nn.Parameter(
-                weight.data[rank * chunk:(rank + 1) * chunk].clone(), requires_grad=weight.requires_grad
-            )
-        self.weight = weight
-        bias = getattr(norm, "bias", None)
-        if isinstance(bias, torch.nn.Parameter):
-            rank, size = mesh.get_local_rank(), mesh.size()
-            chunk = full_dim // size
-            bias = torch.nn.Parameter(bias.data[rank * chunk:(rank + 1) * chunk].clone(), requires_grad=bias.requires_grad)
-            self.bias = bias
-        else:
-            self.bias = None
+        self.weight = self._local_parameter(getattr(norm, "weight", None))
+        self.bias = self._local_parameter(getattr(norm, "bias", None))
+
+    def _local_parameter(self, param):
+        if not isinstance(param, torch.nn.Parameter):
+            return None
+        rank, chunk = self.mesh.get_local_rank(), self.full_dim // self.mesh.size()
+        return torch.nn.Parameter(param.data[rank * chunk:(rank + 1) * chunk].clone(),
+                                  requires_grad=param.requires_grad)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         from torch.distributed._functional_collectives import all_reduce
@@ -353,11 +346,11 @@ def _patch_support(tp_module) -> None:
 
 @fix("diffusers.tp_plan_support", "diffusers", _tp_hooks_module_exists)
 def tp_plan_support() -> None:
-    """diffusers' TP mechanism assumes TP-agnostic processors (Flux/Qwen split heads by `head_dim`) and
-    per-head QK norms; most other classes split by `attn.heads` and some normalise across all heads.
+    """diffusers' TP assumes processors that split heads by head_dim and per-head QK norms; most classes do not.
 
-    Detected by the presence of diffusers.hooks.tensor_parallel; acts only on models whose `_tp_plan`
-    is one hf_neuron installed (identity check), so upstream plans keep upstream behaviour. After
+    Flux and Qwen-Image processors split heads with `head_dim`; most others split with `attn.heads`, and
+    some normalise q/k across all heads. Detected by the presence of diffusers.hooks.tensor_parallel;
+    acts only on models whose `_tp_plan` is one hf_neuron installed (identity check), so upstream plans keep upstream behaviour. After
     sharding, the head counts of column-sharded attention modules become per-rank counts, across-heads
     RMSNorms reduce their mean of squares over the ranks, a glob skips ModuleList elements lacking
     the projection, and a degree that splits a head is rejected before any weight is sharded.
@@ -428,8 +421,7 @@ def _patch_errors(tp_module) -> None:
 
 @fix("diffusers.tp_clear_errors", "diffusers", _tp_hooks_module_exists)
 def tp_clear_errors() -> None:
-    """Several of diffusers' tensor-parallel rejections (head count, FFN width, `device_map`, a class
-    without a plan) do not name the model class; hf_neuron re-raises them naming class and constraint.
+    """diffusers' TP rejections (heads, FFN width, device_map, no plan) do not name the class; re-raise naming it.
 
     Detected on import of diffusers.hooks.tensor_parallel by probing `_check_tp_supported` with a fake
     class name and an indivisible head count: the patch is applied only if the message lacks the name.

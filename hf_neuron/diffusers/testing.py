@@ -29,8 +29,11 @@ class TinySpec:
         return cls
 
     def build(self, seed: int = 0, dtype: torch.dtype = torch.float32):
+        # Resolve the class first: its first import may draw random numbers, which must not shift the weights.
+        cls = self.model_class()
         torch.manual_seed(seed)
-        return self.model_class()(**self.config).to(dtype).eval()
+        model = cls(**self.config).eval()
+        return model if dtype == torch.float32 else model.to(dtype)
 
     def inputs(self, seed: int = 0, device="cpu", dtype: torch.dtype = torch.float32) -> dict:
         generator = torch.Generator().manual_seed(seed)
@@ -537,4 +540,39 @@ def _cogvideox(g):
         "hidden_states": randn(g, 1, 3, 4, 8, 8),
         "encoder_hidden_states": randn(g, 1, 6, 16),
         "timestep": torch.tensor([500.0]),
+    }
+
+
+@tiny("HeliosTransformer3DModel", **{k: v for k, v in _WAN_TINY.items() if k != "rope_max_seq_len"}, rope_dim=(4, 4, 4))
+def _helios(g):
+    return _wan_inputs(g)
+
+
+@tiny(
+    "CosmosTransformer3DModel",
+    in_channels=4, out_channels=4, num_attention_heads=4, attention_head_dim=16, num_layers=2, text_embed_dim=16,
+    adaln_lora_dim=4, max_size=(4, 16, 16), patch_size=(1, 2, 2),
+    concat_padding_mask=False,  # resizing the padding mask needs torchvision
+)
+def _cosmos(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 2, 8, 8),
+        "timestep": torch.tensor([500.0]),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+    }
+
+
+@tiny(
+    "Kandinsky5Transformer3DModel",
+    in_visual_dim=4, in_text_dim=16, in_text_dim2=8, time_dim=16, out_visual_dim=4, patch_size=(1, 2, 2),
+    model_dim=32, ff_dim=64, num_text_blocks=2, num_visual_blocks=2, axes_dims=(4, 2, 2),
+)
+def _kandinsky5(g):
+    return {
+        "hidden_states": randn(g, 1, 2, 8, 8, 4),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([500.0]),
+        "pooled_projections": randn(g, 1, 8),
+        "visual_rope_pos": (torch.arange(2), torch.arange(4), torch.arange(4)),
+        "text_rope_pos": torch.arange(6),
     }

@@ -147,7 +147,9 @@ _LTX2_ATTENTIONS = ("attn1", "attn2", "audio_attn1", "audio_attn2", "audio_to_vi
     "LTX2VideoTransformer3DModel", "transformer_ltx2",
     across_heads_norms=tuple(f"transformer_blocks.*.{a}.{n}" for a in _LTX2_ATTENTIONS for n in ("norm_q", "norm_k")),
     # interleaved (cos, sin): (B, S, heads * head_dim); split: (B, heads, S, head_dim // 2)
-    sharded_rotary={name: _ltx2_rotary_dim for name in ("rope", "audio_rope", "cross_attn_rope", "cross_attn_audio_rope")},
+    sharded_rotary={
+        name: _ltx2_rotary_dim for name in ("rope", "audio_rope", "cross_attn_rope", "cross_attn_audio_rope")
+    },
 )
 def _ltx2() -> dict:
     # Video and audio streams plus the two cross-modal attentions. The optional per-head gate
@@ -362,7 +364,9 @@ def _hidream() -> dict:
     return plan
 
 
-@tp_plan("WanVACETransformer3DModel", "transformer_wan_vace", across_heads_norms=_wan_norms("blocks.*", "vace_blocks.*"))
+@tp_plan(
+    "WanVACETransformer3DModel", "transformer_wan_vace", across_heads_norms=_wan_norms("blocks.*", "vace_blocks.*")
+)
 def _wan_vace() -> dict:
     # VACE control blocks are Wan blocks with a replicated proj_in / proj_out around them.
     return {**_wan_blocks("blocks.*"), **_wan_blocks("vace_blocks.*")}
@@ -445,3 +449,36 @@ def _auraflow() -> dict:
 def _cogvideox() -> dict:
     # Text and video tokens share one attention (expert AdaLN norms stay replicated).
     return {**attention("transformer_blocks.*.attn1"), **feed_forward("transformer_blocks.*.ff")}
+
+
+@tp_plan("HeliosTransformer3DModel", "transformer_helios", across_heads_norms=_WAN_NORMS)
+def _helios() -> dict:
+    # Wan blocks (history-memory patch embedders stay replicated).
+    return _wan_blocks()
+
+
+@tp_plan("CosmosTransformer3DModel", "transformer_cosmos")
+def _cosmos() -> dict:
+    # Self-attention, cross-attention and GELU FFN, each behind an AdaLN-LoRA norm (replicated).
+    return {
+        **attention("transformer_blocks.*.attn1"),
+        **attention("transformer_blocks.*.attn2"),
+        **feed_forward("transformer_blocks.*.ff"),
+    }
+
+
+def _kandinsky5_attention(prefix: str) -> dict:
+    return attention(prefix, qkv=("to_query", "to_key", "to_value"), out=("out_layer",))
+
+
+@tp_plan("Kandinsky5Transformer3DModel", "transformer_kandinsky")
+def _kandinsky5() -> dict:
+    return {
+        **_kandinsky5_attention("text_transformer_blocks.*.self_attention"),
+        "text_transformer_blocks.*.feed_forward.in_layer": "colwise",
+        "text_transformer_blocks.*.feed_forward.out_layer": "rowwise",
+        **_kandinsky5_attention("visual_transformer_blocks.*.self_attention"),
+        **_kandinsky5_attention("visual_transformer_blocks.*.cross_attention"),
+        "visual_transformer_blocks.*.feed_forward.in_layer": "colwise",
+        "visual_transformer_blocks.*.feed_forward.out_layer": "rowwise",
+    }

@@ -50,6 +50,8 @@ def install(force: bool = False) -> bool:
     """Install the simulated device in this process. Returns True when the simulator is active.
 
     Where a real torch-neuronx is installed, this does nothing unless ``force`` is set.
+    Call it before the first ``backward()`` of the process: autograd sizes its per-device queues at
+    the first backward. ``HF_NEURON_SIMULATOR=1`` installs at ``import torch``, which is always early enough.
     """
     global _active
     with _lock:

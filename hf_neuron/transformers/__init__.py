@@ -7,6 +7,8 @@ submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies none.
 - :mod:`.generation`: generate() compiles two graphs per (batch size, max_cache_len) and gets
   Neuron defaults (static cache, max_cache_len, prefill chunking, "neuron" compile config).
 - :mod:`.cache`: sliding-window static cache bookkeeping without a Python int guard.
+- :mod:`.placement`, :mod:`.loading`: ``device_map`` on neuron devices, synchronous loading.
+- :mod:`.tensor_parallel`: ``DistributedConfig(tp_size=N)`` generation that compiles on Neuron.
 - :mod:`.tokenization`: prompts left padded to a multiple of the prefill chunk size.
 """
 
@@ -20,7 +22,7 @@ from hf_neuron.transformers.generation import (
     DEFAULT_PREFILL_CHUNK_SIZE,
     resolve_prefill_chunk_size,
 )
-from hf_neuron.transformers.tokenization import generation_padding_kwargs, tokenize_prompts
+from hf_neuron.transformers.tokenization import generation_padding_kwargs, tokenize_chats, tokenize_prompts
 
 # Modules whose import registers fixes (importing them does not import Transformers submodules).
 FIX_MODULES = ("generation", "cache", "placement", "loading", "tensor_parallel")
@@ -45,6 +47,7 @@ __all__ = [
     "activate",
     "generation_padding_kwargs",
     "resolve_prefill_chunk_size",
+    "tokenize_chats",
     "tokenize_prompts",
     "upstream_behaviour",
 ]

@@ -75,3 +75,72 @@ def patch_dtensor_embedding_masks() -> None:
 
     replace(MASK_FIX, _MaskPartial, "_mask_tensor", staticmethod(maybe_run_for_local_tensor(_mask_tensor)))
     replace(MASK_FIX, MaskBuffer, "apply_mask", _apply_mask)
+
+
+# ----------------------------------------------------------------------------- plan constraints
+
+_HEAD_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "c_attn", "Wqkv")
+
+
+def _head_constraint_violations(model, tp_size: int, tp_plan: dict[str, str]) -> list[str]:
+    if not any(name.rsplit(".", 1)[-1] in _HEAD_PROJECTIONS and "colwise" in style for name, style in tp_plan.items()):
+        return []  # attention is not sharded by heads
+    config = model.config.get_text_config(decoder=True)
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    problems = []
+    if isinstance(heads, int) and heads % tp_size:
+        problems.append(f"num_attention_heads={heads} is not divisible by tp_size={tp_size}")
+    if isinstance(kv_heads, int) and kv_heads != heads and kv_heads % tp_size:
+        problems.append(f"num_key_value_heads={kv_heads} is not divisible by tp_size={tp_size}")
+    return problems
+
+
+def _resolve_plans_checking_heads(original, self, distributed_config, *args, **kwargs):
+    plans = original(self, distributed_config, *args, **kwargs)
+    tp_size = distributed_config.tp_size
+    if tp_size > 1:
+        problems = _head_constraint_violations(self, tp_size, plans[0])
+        if problems:
+            valid = [n for n in range(2, 65) if not _head_constraint_violations(self, n, plans[0])][:6]
+            raise ValueError(
+                f"Tensor parallelism shards attention by heads, but for {type(self).__name__} "
+                f"(model_type {self.config.model_type!r}) {' and '.join(problems)}. Use a tp_size that divides "
+                f"the head counts (e.g. {', '.join(map(str, valid)) or 'none up to 64'}) and launch that many "
+                f"processes per model replica."
+            )
+    return plans
+
+
+def _plans_accept_uneven_heads() -> bool:
+    from transformers import DistributedConfig, LlamaConfig
+    from transformers.distributed.mixin import DistributedMixin
+
+    class _Probe(torch.nn.Module, DistributedMixin):
+        def __init__(self):
+            super().__init__()
+            self.config = LlamaConfig(num_attention_heads=4, num_key_value_heads=4, hidden_size=8)
+            self.q_proj = torch.nn.Linear(8, 8)
+            self._tp_plan = {"q_proj": "colwise"}
+            self._ep_plan, self._fsdp_plan = {}, {}
+
+    try:
+        _Probe()._resolve_parallel_plans(DistributedConfig(tp_size=3))
+    except ValueError:
+        return False
+    return True
+
+
+@transformers_fix(PLAN_FIX, "transformers.distributed.mixin", detect=_plans_accept_uneven_heads)
+def patch_tp_plan_constraints() -> None:
+    """A head count that ``tp_size`` does not divide fails late with an unrelated shape error.
+
+    Gap: ``_resolve_parallel_plans`` checks that a TP plan exists but not that the attention heads
+    split evenly, so ``tp_size=3`` on a 4-head model (or ``tp_size=4`` with 2 KV heads) loads, then
+    fails inside the compiled forward (``shape '[2, 16, -1, 16]' is invalid``). Detected by resolving a plan for 4 heads with
+    ``tp_size=3``. Patch: before any weight is loaded, a ValueError names the architecture, the
+    head counts and the tp sizes that work.
+    """
+    from transformers.distributed.mixin import DistributedMixin
+
+    wrap(PLAN_FIX, DistributedMixin, "_resolve_parallel_plans", _resolve_plans_checking_heads)

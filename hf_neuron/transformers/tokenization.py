@@ -23,7 +23,7 @@ def _chunk_size_for(model, prefill_chunk_size: int | None, max_cache_len: int | 
 def generation_padding_kwargs(
     prefill_chunk_size: int | None = None, *, model=None, max_cache_len: int | None = None
 ) -> dict[str, Any]:
-    """Keyword arguments for ``tokenizer(...)`` or ``tokenizer.apply_chat_template(...)``.
+    """Keyword arguments for ``tokenizer(...)`` (for chat templates, see :func:`tokenize_chats`).
 
     ``padding=True, padding_side="left", pad_to_multiple_of=<chunk>``, where the chunk is
     ``prefill_chunk_size``, else the model's ``generation_config.prefill_chunk_size``, else the
@@ -56,3 +56,34 @@ def tokenize_prompts(
     padding = generation_padding_kwargs(prefill_chunk_size, model=model, max_cache_len=max_cache_len)
     padding.update(kwargs)
     return tokenizer(prompts, return_tensors=return_tensors, **padding)
+
+
+def tokenize_chats(
+    tokenizer,
+    conversations,
+    *,
+    prefill_chunk_size: int | None = None,
+    model=None,
+    max_cache_len: int | None = None,
+    add_generation_prompt: bool = True,
+    return_tensors: str = "pt",
+    **kwargs,
+):
+    """``tokenizer.apply_chat_template(conversations, ...)`` left padded to a multiple of the chunk size.
+
+    ``conversations`` is one conversation (a list of ``{"role", "content"}``) or a list of them.
+    Other keyword arguments go to ``apply_chat_template``.
+    """
+    padding = generation_padding_kwargs(prefill_chunk_size, model=model, max_cache_len=max_cache_len)
+    tokenizer_kwargs = dict(kwargs.pop("tokenizer_kwargs", None) or {})
+    tokenizer_kwargs.setdefault("padding_side", padding["padding_side"])
+    tokenizer_kwargs.setdefault("pad_to_multiple_of", padding["pad_to_multiple_of"])
+    return tokenizer.apply_chat_template(
+        conversations,
+        add_generation_prompt=add_generation_prompt,
+        padding=True,
+        return_tensors=return_tensors,
+        return_dict=True,
+        tokenizer_kwargs=tokenizer_kwargs,
+        **kwargs,
+    )

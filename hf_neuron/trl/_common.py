@@ -81,13 +81,13 @@ def when_ready(module_name: str, callback: Callable[[Any], None]) -> None:
 
     def call(module) -> None:
         spec = getattr(module, "__spec__", None)
-        if spec is not None and getattr(spec, "_initializing", False):
+        waitable = type(spec) in (importlib.machinery.ModuleSpec, _NotifyingSpec)
+        if waitable and getattr(spec, "_initializing", False):
             with _pending_lock:
                 _pending.setdefault(module_name, []).append(callback)
-                if type(spec) is importlib.machinery.ModuleSpec:
-                    spec.__class__ = _NotifyingSpec
+                spec.__class__ = _NotifyingSpec
             return
-        callback(module)
+        callback(module)  # imported (or a spec we cannot watch: best effort now)
 
     when_imported(module_name, call)
 

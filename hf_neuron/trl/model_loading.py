@@ -1,26 +1,21 @@
 """How TRL's trainers load a model given by name, on Neuron.
 
 TRL's ``create_model_from_path`` builds every model a trainer gets by name (the policy, reference
-and teacher models) from ``model_init_kwargs``. Two fixes adjust those kwargs on Neuron, only where
-the user left them unset:
+and teacher models) from ``model_init_kwargs``. It defaults to ``device_map="auto"`` on any device
+but CPU/MPS, and the trainers force ``None`` only for MULTI_GPU/DeepSpeed. On Neuron, "auto" is not
+where the process trains (the host, or every Neuron device of the machine once transformers sees
+their memory), and with ``DistributedConfig(tp_size>1)`` transformers refuses to load (tensor
+parallelism excludes a device_map).
 
-- ``trl.neuron_device_map``: TRL defaults to ``device_map="auto"`` on any device but CPU/MPS and
-  forces ``None`` only for MULTI_GPU/DeepSpeed. On Neuron, "auto" loads the weights on the host and
-  moves them afterwards, and with ``DistributedConfig(tp_size>1)`` transformers refuses to load
-  (tensor parallelism excludes a device_map). hf_neuron uses the process's Neuron device
-  (``neuron:LOCAL_RANK``, where the Trainer trains), or ``None`` when the ``distributed_config``
-  shards the model at load time (transformers then puts each shard on the process's device).
-- ``trl.tp_embedding_on_neuron``: with tensor parallelism, transformers shards the input embedding
-  on the vocabulary (``embedding_rowwise``). DTensor's vocab-parallel lookup masks the token ids of
-  other shards with boolean indexing (``ids[mask] = 0``), an ``index_put`` whose size depends on the
-  data, which Neuron cannot compile. hf_neuron shards those embeddings on the hidden dimension
-  (``embedding_colwise``, the same weights per rank, gathered after the lookup) unless the user
-  passed a ``tp_plan``.
+The fix ``trl.neuron_device_map`` sets, where the user left it unset, the process's Neuron device
+(``neuron:LOCAL_RANK``, where the Trainer trains), or ``None`` when the ``distributed_config``
+shards the model at load time (transformers then puts each shard on the process's device). The
+wrapper runs a list of kwarg adjusters, so another Neuron default for this loading path is one
+more adjuster, not a second wrapper.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
@@ -30,11 +25,8 @@ from hf_neuron.trl._common import TRAINER_MODULES, UTILS_MODULE, function_source
 
 logger = logging.getLogger("hf_neuron")
 
-VOCAB_PARALLEL = "embedding_rowwise"
-HIDDEN_PARALLEL = "embedding_colwise"
-
 _original = None
-# name -> adjust(model_id, kwargs) run in registration order before TRL's create_model_from_path.
+# name -> adjust(model_id, args, kwargs) run in registration order before TRL's create_model_from_path.
 _adjusters: dict[str, object] = {}
 _logged: set[str] = set()
 
@@ -167,80 +159,3 @@ def install_neuron_device_map() -> None:
     Detected from the source of `trl.trainer.utils.create_model_from_path`: it does not mention Neuron.
     """
     _install("device_map", adjust_device_map)
-
-
-# --- trl.tp_embedding_on_neuron -------------------------------------------------------------------
-
-
-def vocab_parallel_rules(model_id, architecture=None, trust_remote_code: bool = False) -> list[str]:
-    """The tp_plan rules of the model that shard an embedding on the vocabulary (built on the meta device)."""
-    import torch
-    import transformers
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(model_id, trust_remote_code=trust_remote_code)
-    if architecture is None:
-        architecture = getattr(transformers, (config.architectures or [""])[0], None)
-    if architecture is None:
-        return []
-    with torch.device("meta"):
-        if hasattr(architecture, "from_config"):
-            model = architecture.from_config(config, trust_remote_code=trust_remote_code)
-        else:
-            model = architecture._from_config(config)
-    return sorted(name for name, style in (getattr(model, "tp_plan", None) or {}).items() if style == VOCAB_PARALLEL)
-
-
-def adjust_tp_embedding(model_id, args, kwargs) -> None:
-    distributed_config = kwargs.get("distributed_config")
-    if distributed_config is None or training_device().type != "neuron":
-        return
-    distributed_config = _as_distributed_config(distributed_config)
-    if (getattr(distributed_config, "tp_size", 1) or 1) <= 1 or distributed_config.tp_plan is not None:
-        return  # no tensor parallelism, or the user chose the plan
-    architecture = args[0] if args else kwargs.get("architecture")
-    rules = vocab_parallel_rules(model_id, architecture, kwargs.get("trust_remote_code", False))
-    if not rules:
-        return
-    kwargs["distributed_config"] = dataclasses.replace(
-        distributed_config, tp_plan=dict.fromkeys(rules, HIDDEN_PARALLEL)
-    )
-    _log_once(
-        "tp_embedding",
-        "hf_neuron: tensor parallelism on Neuron shards %s on the hidden dimension (%s): the vocabulary-parallel "
-        "lookup needs a boolean-mask index_put Neuron cannot compile. Pass tp_plan in DistributedConfig to change "
-        "this.",
-        ", ".join(rules),
-        HIDDEN_PARALLEL,
-    )
-
-
-def _tp_embedding_gap() -> bool:
-    # Read from torch's source without importing torch.distributed here (activation may run inside
-    # `import torch`): the vocab-parallel mask is written with boolean indexing.
-    import ast
-
-    from hf_neuron.trl._common import module_ast
-
-    tree = module_ast("torch.distributed.tensor.placement_types")
-    if tree is None:
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == "_MaskPartial":
-            source = ast.unparse(node)
-            return "[mask] = 0" in source or "[mask]=0" in source
-    return False
-
-
-@fix("trl.tp_embedding_on_neuron", "trl", _tp_embedding_gap)
-def install_tp_embedding() -> None:
-    """With tensor parallelism, transformers shards input embeddings on the vocabulary, and DTensor's
-    vocab-parallel lookup masks out-of-shard token ids with a boolean-mask `index_put`, which Neuron
-    cannot compile. For models TRL loads on Neuron with `DistributedConfig(tp_size>1)` and no `tp_plan`,
-    hf_neuron shards those embeddings on the hidden dimension (`embedding_colwise`) instead.
-
-    Detected from torch's `_MaskPartial` source (it writes `tensor[mask] = 0`), and per model from its
-    tp_plan (a rule with `embedding_rowwise`).
-    """
-    _install("tp_embedding", adjust_tp_embedding)
-

@@ -24,12 +24,12 @@ import logging
 
 from hf_neuron.fixes import fix
 from hf_neuron.trl._common import (
-    when_ready,
     CONFIG_CLASSES,
     class_field_default,
     device_type_of,
     mark_patched,
     set_parameter_default,
+    when_ready,
 )
 
 logger = logging.getLogger("hf_neuron")

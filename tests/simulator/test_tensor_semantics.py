@@ -92,3 +92,41 @@ def test_many_ops_match_cpu():
     for ref, got in checks:
         assert got.device.type == "neuron"
         assert torch.equal(ref, got.cpu())
+
+
+def test_conjugate_and_negative_views_copy_correctly():
+    x = torch.randn(3, dtype=torch.cfloat)
+    n = x.to("neuron")
+    assert torch.equal(n.conj().clone().cpu(), x.conj().resolve_conj())
+    assert torch.equal(n.conj().cpu(), x.conj().resolve_conj())
+    out = torch.empty(3, dtype=torch.cfloat, device="neuron")
+    out.copy_(n.conj())
+    assert torch.equal(out.cpu(), x.conj().resolve_conj())
+    assert torch.equal(n.conj().imag.neg().cpu(), -x.conj().imag)
+
+
+def test_integer_histc_counts_like_an_accelerator():
+    ids = torch.tensor([0, 3, 3, 1, 3], device="neuron")
+    counts = torch.histc(ids, bins=4, min=0, max=3)
+    assert counts.dtype == torch.int64
+    assert counts.cpu().tolist() == [1, 1, 0, 3]
+    floats = torch.tensor([0.5, 1.5, 1.7])
+    assert torch.equal(torch.histc(floats.to("neuron"), bins=2, min=0, max=2).cpu(), torch.histc(floats, 2, 0, 2))
+
+
+def test_convolution_forward_and_backward_match_cpu():
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(4, 4, kernel_size=3, groups=4, padding=2)
+    conv_n = torch.nn.Conv1d(4, 4, kernel_size=3, groups=4, padding=2)
+    conv_n.load_state_dict(conv.state_dict())
+    conv_n.to("neuron")
+    x = torch.randn(2, 4, 9)
+    xn = x.to("neuron").requires_grad_()
+    x.requires_grad_()
+    conv(x).sum().backward()
+    out = conv_n(xn)
+    out.sum().backward()
+    assert torch.equal(out.cpu(), conv(x).detach())
+    assert torch.equal(xn.grad.cpu(), x.grad)
+    assert torch.equal(conv_n.weight.grad.cpu(), conv.weight.grad)
+    assert torch.equal(conv_n.bias.grad.cpu(), conv.bias.grad)

@@ -75,7 +75,9 @@ def test_sft_trainer_loads_model_on_neuron(tiny_model_dir, chat_dataset, tmp_pat
 
     monkeypatch.setattr(cls, "from_pretrained", classmethod(from_pretrained))
     train = load_dataset("json", data_files=str(chat_dataset), split="train").select_columns(["messages"])
-    args = SFTConfig(output_dir=str(tmp_path), report_to="none", max_length=64, bf16=False, gradient_checkpointing=False)
+    args = SFTConfig(
+        output_dir=str(tmp_path), report_to="none", max_length=64, bf16=False, gradient_checkpointing=False
+    )
     trainer = SFTTrainer(model=str(tiny_model_dir), args=args, train_dataset=train)
 
     device = torch.device("neuron", torch.neuron.current_device())

@@ -102,3 +102,10 @@ def test_command_line_error_is_one_clear_line(tiny_model_dir, tmp_path):
     assert last.startswith("error: dataset") and "'messages'" in last, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_last_partial_batch_dropped_by_default(script, tiny_model_dir, chat_dataset, tmp_path):
+    _, config, _ = script.parse_args(base_args(tiny_model_dir, chat_dataset, tmp_path / "out"))
+    assert config.dataloader_drop_last is True
+    argv = base_args(tiny_model_dir, chat_dataset, tmp_path / "out", dataloader_drop_last="false")
+    assert script.parse_args(argv)[1].dataloader_drop_last is False

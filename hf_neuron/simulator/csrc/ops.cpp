@@ -376,6 +376,18 @@ const at::Tensor& resize(const at::Tensor& self, c10::IntArrayRef size,
   return self;
 }
 
+// The conjugate / negative bits live on the neuron tensor; the CPU view must carry them so the
+// CPU copy materialises them (the dispatcher lets _copy_from through with the bits set).
+at::Tensor with_math_bits(at::Tensor view, const at::Tensor& of) {
+  if (of.is_conj()) {
+    view = view._conj();
+  }
+  if (of.is_neg()) {
+    view = view._neg_view();
+  }
+  return view;
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   const bool src_neuron = self.device().type() == kNeuron;
   const bool dst_neuron = dst.device().type() == kNeuron;
@@ -386,8 +398,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   if (dst_neuron) {
     check_dtype_supported(dst.scalar_type());
   }
-  at::Tensor src_view = src_neuron ? cpu_view(self) : self;
-  at::Tensor dst_view = dst_neuron ? cpu_view(dst) : dst;
+  at::Tensor src_view = src_neuron ? with_math_bits(cpu_view(self), self) : self;
+  at::Tensor dst_view = dst_neuron ? with_math_bits(cpu_view(dst), dst) : dst;
   dst_view.copy_(src_view);
   if (dst_neuron && !src_neuron) {
     apply_dtype_policy(dst, "aten::copy_");
@@ -398,6 +410,45 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   dst.resize_(self.sizes());
   return copy_from(self, dst, false);
+}
+
+// histc on integer tensors: CPU kernels only take floating inputs, accelerators (CUDA) take
+// integers too, and Transformers' MoE routing relies on that off the CPU. Counts of small integers
+// are exact in float32, so this equals what an accelerator computes.
+at::Tensor histc(const at::Tensor& self, int64_t bins, const c10::Scalar& min, const c10::Scalar& max) {
+  at::Tensor view = cpu_view(self);
+  at::Tensor out = c10::isIntegralType(self.scalar_type(), /*includeBool=*/true)
+                       ? at::histc(view.to(at::kFloat), bins, min, max).to(self.scalar_type())
+                       : at::histc(view, bins, min, max);
+  return adopt(out, self.device().index());
+}
+
+// Convolutions reach accelerators through the *_overrideable ops; run CPU's convolution on views.
+at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                    c10::IntArrayRef output_padding, int64_t groups) {
+  std::optional<at::Tensor> bias_view;
+  if (bias.has_value() && bias->defined()) {
+    bias_view = cpu_view(*bias);
+  }
+  at::Tensor out = at::convolution(cpu_view(input), cpu_view(weight), bias_view, stride, padding, dilation, transposed,
+                                   output_padding, groups);
+  return adopt(out, input.device().index());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
+  std::vector<int64_t> bias_sizes{out_channels};
+  auto grads = at::convolution_backward(cpu_view(grad_output), cpu_view(input), cpu_view(weight),
+                                        c10::IntArrayRef(bias_sizes), stride, padding, dilation, transposed,
+                                        output_padding, groups, output_mask);
+  const auto index = input.device().index();
+  auto back = [index](const at::Tensor& t) { return t.defined() ? adopt(t, index) : t; };
+  return {back(std::get<0>(grads)), back(std::get<1>(grads)), back(std::get<2>(grads))};
 }
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
@@ -411,7 +462,8 @@ std::unordered_set<std::string>& native_op_names() {
       "aten::empty.memory_format", "aten::empty_strided", "aten::as_strided", "aten::view",
       "aten::_reshape_alias", "aten::set_.source_Storage", "aten::set_.source_Storage_storage_offset",
       "aten::set_.source_Tensor", "aten::set_", "aten::resize_", "aten::_copy_from",
-      "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::record_stream"};
+      "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::record_stream", "aten::histc",
+      "aten::convolution_overrideable", "aten::convolution_backward_overrideable"};
   return names;
 }
 
@@ -513,4 +565,17 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("histc", TORCH_FN(histc));
+  m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
+}
+
+// Let _copy_from see conjugate/negative views as they are (copy_from applies the bits itself);
+// the default fallbacks would resolve them through clone -> copy_ -> _copy_from, forever.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
 }

@@ -1,0 +1,106 @@
+#!/usr/bin/env python
+"""Graphs compiled by greedy generation on Neuron: upstream Transformers vs with hf_neuron, one run.
+
+The workload of issue 3: 8 prompts of 20-140 tokens, ``max_cache_len=256``,
+``prefill_chunk_size=32``, 16 new tokens, on a tiny random Llama ("dense") and a tiny Mistral with
+a 64-token sliding window ("sliding"), batch size 1 (8 calls) and 4 (2 calls). Each configuration
+runs three times in this process, from an empty Dynamo cache:
+
+- ``upstream``: Transformers as released (hf_neuron's fixes switched off in-process, the equivalent
+  of ``HF_NEURON_DISABLE=1``) with the whole recipe typed by hand - static cache, cache length,
+  chunk size, ``CompileConfig(backend="neuron", fullgraph=False, dynamic=False, mode="default")`` -
+  and prompts left padded to a multiple of the chunk size;
+- ``upstream-unpadded``: the same without padding to a multiple of the chunk size;
+- ``hf_neuron``: the same model and prompts (padded to the longest prompt only) with
+  ``generate(max_cache_len=256, prefill_chunk_size=32)``: the rest is hf_neuron's defaults.
+
+It prints the graphs handed to the "neuron" backend (each one is a neuronx-cc compile on Trainium,
+minutes for a large model), the wall time, the ratios, and whether the greedy tokens equal CPU eager
+generation. Dynamo's ``recompile_limit`` is raised (``--recompile-limit``) so that the count is the
+number of graphs the workload needs: with the default of 8, Dynamo gives up and runs the rest
+eagerly. On the simulator a graph compiles in seconds; the ratio of graphs is what carries over.
+
+    HF_NEURON_SIMULATOR=1 python benchmarks/generation_graphs.py [--kinds dense sliding] [--batch-sizes 1 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("HF_NEURON_SIMULATOR", "1")
+
+import torch  # noqa: E402
+from transformers import CompileConfig  # noqa: E402
+
+from hf_neuron.simulator import graph_log  # noqa: E402
+from hf_neuron.transformers import upstream_behaviour  # noqa: E402
+from hf_neuron.transformers import workload as w  # noqa: E402
+
+
+def measure(model, prompts, batch_size, expected, **kwargs):
+    torch._dynamo.reset()
+    start = time.perf_counter()
+    with graph_log.count_graphs() as graphs:
+        tokens = w.generate_batches(model, prompts, batch_size, **kwargs)
+    seconds = time.perf_counter() - start
+    same = all(torch.equal(a, b) for a, b in zip(tokens, expected))
+    return graphs.count, seconds, same
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kinds", nargs="+", default=["dense", "sliding"], choices=["dense", "sliding"])
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 4])
+    parser.add_argument("--recompile-limit", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (tiny models: 1 avoids contention)")
+    args = parser.parse_args(argv)
+
+    if not hasattr(torch, "neuron") or not torch.neuron.is_available():
+        print("No neuron device: run on Trainium or with HF_NEURON_SIMULATOR=1.", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    torch._dynamo.config.recompile_limit = args.recompile_limit
+    torch._dynamo.config.automatic_dynamic_shapes = False
+
+    recipe = w.compiled_recipe()
+    seed_recipe = dict(recipe, compile_config=CompileConfig(backend="neuron", fullgraph=False, dynamic=False, mode="default"))
+
+    header = f"{'model':8} {'batch':>5} | {'run':18} {'graphs':>6} {'seconds':>8} {'tokens==CPU':>11}"
+    print(header)
+    print("-" * len(header))
+    summary = []
+    for kind in args.kinds:
+        for batch_size in args.batch_sizes:
+            model = w.tiny_workload_model(kind)
+            prompts = w.workload_prompts(model.config.vocab_size)
+            expected = w.generate_batches(model, prompts, batch_size)  # CPU eager, dynamic cache
+            model.to("neuron")
+            runs = {}
+            with upstream_behaviour():
+                runs["upstream"] = measure(
+                    model, prompts, batch_size, expected, pad_multiple=w.PREFILL_CHUNK_SIZE, **seed_recipe
+                )
+                runs["upstream-unpadded"] = measure(model, prompts, batch_size, expected, **seed_recipe)
+            runs["hf_neuron"] = measure(
+                model, prompts, batch_size, expected,
+                max_cache_len=w.MAX_CACHE_LEN, prefill_chunk_size=w.PREFILL_CHUNK_SIZE,
+            )
+            for name, (graphs, seconds, same) in runs.items():
+                print(f"{kind:8} {batch_size:>5} | {name:18} {graphs:>6} {seconds:>8.1f} {str(same):>11}")
+            up_graphs, up_seconds, _ = runs["upstream"]
+            ours_graphs, ours_seconds, _ = runs["hf_neuron"]
+            summary.append((kind, batch_size, up_graphs / max(ours_graphs, 1), up_seconds / ours_seconds))
+            del model
+
+    print()
+    print("upstream (seed recipe) / hf_neuron:")
+    for kind, batch_size, graph_ratio, time_ratio in summary:
+        print(f"  {kind:8} batch {batch_size}: {graph_ratio:.1f}x graphs, {time_ratio:.2f}x wall time")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
