@@ -66,7 +66,8 @@ def main(argv=None) -> int:
     torch._dynamo.config.automatic_dynamic_shapes = False
 
     recipe = w.compiled_recipe()
-    seed_recipe = dict(recipe, compile_config=CompileConfig(backend="neuron", fullgraph=False, dynamic=False, mode="default"))
+    seed_compile = CompileConfig(backend="neuron", fullgraph=False, dynamic=False, mode="default")
+    seed_recipe = dict(recipe, compile_config=seed_compile)
 
     header = f"{'model':8} {'batch':>5} | {'run':18} {'graphs':>6} {'seconds':>8} {'tokens==CPU':>11}"
     print(header)

@@ -40,7 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--model", default=DEFAULT_MODEL, help="Hub id or local model directory")
     parser.add_argument("--prompt", action="append", help="a user message (repeatable; default: two examples)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--max-cache-len", type=int, default=1024, help="static cache length (every graph is compiled for it)")
+    parser.add_argument(
+        "--max-cache-len", type=int, default=1024, help="static cache length (every graph is compiled for it)"
+    )
     parser.add_argument("--prefill-chunk-size", type=int, default=512)
     parser.add_argument("--dtype", default="auto", help="auto (checkpoint dtype), bfloat16, float32, ...")
     return parser.parse_args(argv)

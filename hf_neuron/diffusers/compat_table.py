@@ -164,7 +164,7 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict) -> str:
         elif tp2:
             tp2 = f"transformer: {tp2}"
         if family == "qwenimage":
-            tp2 = "scripts/diffusers_tp_example.py: 2 ranks, image saved (VAE decode on CPU until conv lands)"
+            tp2 = "the seed recipe, scripts/diffusers_tp_example.py: 2 ranks on the simulator, image saved"
         lines.append(f"| {family} | {transformer} | {plan} | {blocks} | {eager} | {compiled_cell} | {tp2} |")
 
     lines += [

@@ -41,11 +41,26 @@ def activate() -> None:
     _registry.apply_pending()
 
 
+def import_fix_targets() -> None:
+    """Import every Transformers submodule a fix patches, so that all fixes are detected and applied.
+
+    Fixes otherwise wait for their module's import (keeping ``import transformers`` cheap); tools
+    that report the fixes (``hf-neuron env``) call this first.
+    """
+    from hf_neuron.transformers import _registry
+
+    activate()
+    for module in sorted(set(_registry._waits_for.values())):
+        importlib.import_module(module)
+    _registry.apply_pending()
+
+
 __all__ = [
     "DEFAULT_MAX_CACHE_LEN",
     "DEFAULT_PREFILL_CHUNK_SIZE",
     "activate",
     "generation_padding_kwargs",
+    "import_fix_targets",
     "resolve_prefill_chunk_size",
     "tokenize_chats",
     "tokenize_prompts",

@@ -29,7 +29,7 @@ import logging
 
 import torch
 
-from hf_neuron.transformers._patching import is_enabled, wrap
+from hf_neuron.transformers._patching import wrap
 from hf_neuron.transformers._registry import transformers_fix
 
 logger = logging.getLogger("hf_neuron")
@@ -513,9 +513,4 @@ def patch_neuron_generation_defaults() -> None:
     wrap(DEFAULTS_FIX, GenerationMixin, "_prepare_generation_config", _prepare_generation_config_with_neuron_defaults)
 
 
-__all__ = [
-    "DEFAULT_MAX_CACHE_LEN",
-    "DEFAULT_PREFILL_CHUNK_SIZE",
-    "is_enabled",
-    "resolve_prefill_chunk_size",
-]
+__all__ = ["DEFAULT_MAX_CACHE_LEN", "DEFAULT_PREFILL_CHUNK_SIZE", "resolve_prefill_chunk_size"]

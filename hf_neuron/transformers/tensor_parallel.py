@@ -137,8 +137,8 @@ def patch_tp_plan_constraints() -> None:
 
     Gap: ``_resolve_parallel_plans`` checks that a TP plan exists but not that the attention heads
     split evenly, so ``tp_size=3`` on a 4-head model (or ``tp_size=4`` with 2 KV heads) loads, then
-    fails inside the compiled forward (``shape '[2, 16, -1, 16]' is invalid``). Detected by resolving a plan for 4 heads with
-    ``tp_size=3``. Patch: before any weight is loaded, a ValueError names the architecture, the
+    fails inside the compiled forward (``shape '[2, 16, -1, 16]' is invalid``). Detected by
+    resolving a plan for 4 heads with ``tp_size=3``. Patch: before any weight is loaded, a ValueError names the architecture, the
     head counts and the tp sizes that work.
     """
     from transformers.distributed.mixin import DistributedMixin

@@ -107,3 +107,14 @@ def test_tokenizer_helper_pads_like_generate(llama, fresh_dynamo):
         b = llama.generate(**unpadded.to("neuron"), **kwargs)
     assert graphs.count == 2  # same shapes: generate padded the second batch the same way
     assert torch.equal(a[:, -3:].cpu(), b[:, -3:].cpu())
+
+
+def test_chat_helper_pads_to_the_chunk_size():
+    from hf_neuron.transformers import tokenize_chats
+
+    tokenizer = build_tokenizer()
+    chats = [[{"role": "user", "content": "Hi"}], [{"role": "user", "content": "Tell me about Paris, please."}]]
+    batch = tokenize_chats(tokenizer, chats, prefill_chunk_size=16)
+    assert batch["input_ids"].shape[1] % 16 == 0
+    assert batch["attention_mask"][:, 0].tolist() == [0, 0]
+    assert batch["attention_mask"][:, -1].tolist() == [1, 1]

@@ -72,3 +72,17 @@ def test_each_fix_is_needed_for_two_graphs(fix_name, fresh_dynamo):
     assert with_fix == 2
     for got, want in zip(tokens, expected):
         assert torch.equal(got, want)
+
+
+def test_hybrid_sliding_and_full_attention_moe_compiles_two_graphs(fresh_dynamo):
+    """GPT-OSS: alternating sliding / full attention layers and mixture-of-experts MLPs."""
+    from hf_neuron.testing.tiny_models import build_model
+
+    model = build_model("gpt_oss", sliding_window=32)
+    prompts = workload_prompts(model.config.vocab_size, (20, 45, 70))
+    expected = generate_batches(model, prompts, 1, max_new_tokens=8)
+    model.to("neuron")
+    count, tokens = _count_graphs(model, prompts, 1, max_new_tokens=8, max_cache_len=128, prefill_chunk_size=16)
+    assert count == 2
+    for got, want in zip(tokens, expected):
+        assert torch.equal(got, want)

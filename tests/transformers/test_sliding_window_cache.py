@@ -47,7 +47,8 @@ def test_keys_sit_at_their_position_minus_offset():
 
 
 def test_shapes_depend_only_on_the_query_length():
-    shapes = {(q, keys.shape[-2]) for (keys, _, _), q in zip(_feed(_layer(), [4, 4, 4] + [1] * 12), [4, 4, 4] + [1] * 12)}
+    lengths = [4, 4, 4] + [1] * 12
+    shapes = {(q, keys.shape[-2]) for (keys, _, _), q in zip(_feed(_layer(), lengths), lengths)}
     assert shapes == {(4, WINDOW + 4), (1, WINDOW + 1)}
 
 
