@@ -16,6 +16,9 @@ from hf_neuron.simulator import install  # noqa: E402
 
 install()
 
+# Tiny models on a 2-core runner: intra-op threads only contend with the other work.
+torch.set_num_threads(1)
+
 NEURON = torch.device("neuron")
 
 

@@ -43,6 +43,12 @@ def collect() -> dict:
             importlib.import_module(library)  # importing runs the adapter (hf_neuron.adapters)
         except Exception as exc:  # a broken library must not hide the rest of the report
             info.setdefault("errors", []).append(f"import {library}: {exc!r}")
+    try:
+        from hf_neuron.transformers import import_fix_targets
+
+        import_fix_targets()  # fixes wait for their module's import; the report wants them all decided
+    except Exception as exc:
+        info.setdefault("errors", []).append(f"transformers fixes: {exc!r}")
     info["fixes"] = [
         {"name": f.name, "library": f.library, "active": f.active, "status": f.reason, "gap": f.gap}
         for f in fixes.all_fixes()

@@ -4,8 +4,9 @@
     torchrun --standalone --nproc_per_node=2 -m hf_neuron.diffusers.tp_check --device cpu --out tp_cpu.json
     HF_NEURON_SIMULATOR=1 python -m hf_neuron.diffusers.compile_check --out compile.json
     HF_NEURON_SIMULATOR=1 python -m hf_neuron.diffusers.pipeline_check --out pipelines.json
+    HF_NEURON_SIMULATOR=1 python benchmarks/diffusers_compile.py > bench.txt
     python -m hf_neuron.diffusers.compat_table --tp tp.json --tp-cpu tp_cpu.json --compile compile.json \\
-        --pipelines pipelines.json --out compatibility/diffusers.md
+        --pipelines pipelines.json --benchmark bench.txt --out compatibility/diffusers.md
 
 Every cell comes from a recorded run; nothing is typed by hand except the reasons in
 :mod:`hf_neuron.diffusers.unsupported`.
@@ -80,7 +81,7 @@ def _compile_cell(record: dict | None) -> tuple[str, str]:
     return eager, f"fullgraph fails: {short_error(record.get('error', ''))}"
 
 
-def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict) -> str:
+def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict, benchmark: str = "") -> str:
     from hf_neuron.diffusers import repeated_blocks as rb
     from hf_neuron.diffusers._plan_registry import PLANS
     from hf_neuron.diffusers.tensor_parallel import plan_for
@@ -92,6 +93,7 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict) -> str:
     passed_neuron = [n for n in ours if tp.get(n, {}).get("ok")]
     passed_cpu = [n for n in ours if tp_cpu.get(n, {}).get("ok")]
     upstream_blocks = sum(1 for c in classes.values() if c._repeated_blocks) - len(rb._INSTALLED)
+    blocked = sum(1 for n in ours if CONV_GAP in json.dumps(tp.get(n, {}), default=str))
     lines = [
         "# diffusers on Neuron: tensor parallelism, regional compilation, pipelines",
         "",
@@ -101,8 +103,9 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict) -> str:
         f"({len(upstream)} upstream, {len(ours)} from hf_neuron).",
         f"- hf_neuron plans with TP=2 output equal to TP=1 (both `enable_parallelism` and "
         f"`from_pretrained(parallel_config=)`, fp32, atol 1e-5): **{len(passed_neuron)}/{len(ours)}** on the "
-        f"simulated device (backend `neuron`), **{len(passed_cpu)}/{len(ours)}** on CPU with gloo. The simulated "
-        f"device has no `aten::convolution` yet, which blocks every class with a convolutional patch embedding.",
+        f"simulated device (backend `neuron`), **{len(passed_cpu)}/{len(ours)}** on CPU with gloo."
+        + (f" {blocked} classes are blocked on the simulated device by a missing `aten::convolution`."
+           if blocked else ""),
         f"- `_repeated_blocks`: upstream sets it on {upstream_blocks} classes; hf_neuron adds it to "
         f"{len(rb._INSTALLED)} (every block-structured class that lacked it).",
         "",
@@ -180,6 +183,20 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict) -> str:
             why = f"cannot be sharded usefully: {reason}" if reason else NOT_COVERED_YET.get(name, "not examined")
             lines.append(f"| {name} | {why} |")
 
+    if benchmark:
+        lines += [
+            "",
+            "## Regional vs whole-model compilation (`benchmarks/diffusers_compile.py`, one run)",
+            "",
+            "Graphs and FX nodes the neuron backend compiled over a 4-step loop on the tiny models (2 blocks of "
+            "each kind). The regional graphs hold one block each, so their size does not depend on the depth of the "
+            "model, while a whole-model graph holds every block.",
+            "",
+            "```",
+            *[line for line in benchmark.splitlines()
+              if line.startswith(("class ", "4-step")) or " error: " in line or line[:1].isupper() and "  " in line],
+            "```",
+        ]
     lines += [
         "",
         "## How the plans work",
@@ -201,9 +218,9 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict) -> str:
         "torchrun --standalone --nproc_per_node=2 -m hf_neuron.diffusers.tp_check --device cpu --out tp_cpu.json",
         "HF_NEURON_SIMULATOR=1 python -m hf_neuron.diffusers.compile_check --out compile.json",
         "HF_NEURON_SIMULATOR=1 python -m hf_neuron.diffusers.pipeline_check --out pipelines.json",
+        "HF_NEURON_SIMULATOR=1 python benchmarks/diffusers_compile.py > bench.txt",
         "python -m hf_neuron.diffusers.compat_table --tp tp.json --tp-cpu tp_cpu.json --compile compile.json "
-        "--pipelines pipelines.json --out compatibility/diffusers.md",
-        "HF_NEURON_SIMULATOR=1 python benchmarks/diffusers_compile.py   # whole-model vs regional compile",
+        "--pipelines pipelines.json --benchmark bench.txt --out compatibility/diffusers.md",
         "```",
         "",
     ]
@@ -216,9 +233,11 @@ def main(argv=None) -> int:
     parser.add_argument("--tp-cpu")
     parser.add_argument("--compile")
     parser.add_argument("--pipelines")
+    parser.add_argument("--benchmark", help="output of benchmarks/diffusers_compile.py")
     parser.add_argument("--out", default="compatibility/diffusers.md")
     args = parser.parse_args(argv)
-    text = render(_load(args.tp), _load(args.tp_cpu), _load(args.compile), _load(args.pipelines))
+    benchmark = open(args.benchmark).read() if args.benchmark else ""
+    text = render(_load(args.tp), _load(args.tp_cpu), _load(args.compile), _load(args.pipelines), benchmark)
     with open(args.out, "w") as f:
         f.write(text)
     print(f"wrote {args.out}")

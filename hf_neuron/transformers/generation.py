@@ -23,7 +23,6 @@ The sliding-window cache fix lives in :mod:`hf_neuron.transformers.cache`.
 
 from __future__ import annotations
 
-import contextvars
 import copy
 import logging
 
@@ -129,22 +128,26 @@ def patch_prefill_chunk_strides() -> None:
 
 # ----------------------------------------------------------------------------- prefill masks
 
-_compiled_prefill: contextvars.ContextVar[bool] = contextvars.ContextVar("hf_neuron_compiled_prefill", default=False)
+# A plain module global, not a ContextVar: the mask function runs inside compiled forwards, where
+# Dynamo reads a global (and guards on it) but breaks the graph on ContextVar.get().
+_compiled_prefill_active = False
 
 
 def _prefill_flagging_compiled_masks(original, self, input_ids, generation_config, model_kwargs, *args, **kwargs):
+    global _compiled_prefill_active
     compiled = generation_config.prefill_chunk_size is not None and self._valid_auto_compile_criteria(
         model_kwargs, generation_config
     )
-    token = _compiled_prefill.set(bool(compiled))
+    previous = _compiled_prefill_active
+    _compiled_prefill_active = bool(compiled)
     try:
         return original(self, input_ids, generation_config, model_kwargs, *args, **kwargs)
     finally:
-        _compiled_prefill.reset(token)
+        _compiled_prefill_active = previous
 
 
 def _sdpa_mask_materialized_in_compiled_prefill(original, *args, **kwargs):
-    if _compiled_prefill.get():
+    if _compiled_prefill_active:
         kwargs["allow_is_causal_skip"] = False
     return original(*args, **kwargs)
 
