@@ -130,3 +130,9 @@ def test_convolution_forward_and_backward_match_cpu():
     assert torch.equal(xn.grad.cpu(), x.grad)
     assert torch.equal(conv_n.weight.grad.cpu(), conv.weight.grad)
     assert torch.equal(conv_n.bias.grad.cpu(), conv.bias.grad)
+
+
+def test_padding_a_permuted_tensor_does_not_ask_for_channels_last():
+    x = torch.randn(2, 3, 4, 5).permute(0, 2, 3, 1)
+    padded = torch.nn.functional.pad(x.to("neuron"), (0, 0, 1, 1))
+    assert torch.equal(padded.cpu(), torch.nn.functional.pad(x, (0, 0, 1, 1)))
