@@ -9,7 +9,9 @@ import importlib
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -178,7 +180,11 @@ OLD_TRL_CHECK = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def oldest_trl(request):
-    target = request.config.cache.mkdir(f"trl-{OLDEST_TRL}")
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    if cache is not None:
+        target = cache.mkdir(f"trl-{OLDEST_TRL}")
+    else:
+        target = Path(tempfile.gettempdir()) / f"hf-neuron-trl-{OLDEST_TRL}"
     if not (target / "trl" / "__init__.py").exists():
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
