@@ -12,39 +12,47 @@ _SOURCES = ["runtime.cpp", "ops.cpp", "amp.cpp", "attention.cpp", "module.cpp"]
 _module = None
 
 
-def _build_dir() -> Path:
+def _build_dir(csrc: Path, cache_kind: str) -> Path:
+    """A build folder per torch version, Python version and hash of the C++ sources."""
     import torch
 
     digest = hashlib.sha256()
-    for name in sorted(p.name for p in _CSRC.iterdir()):
+    for name in sorted(p.name for p in csrc.iterdir() if p.suffix in (".cpp", ".h")):
         digest.update(name.encode())
-        digest.update((_CSRC / name).read_bytes())
+        digest.update((csrc / name).read_bytes())
     tag = f"torch{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}-{digest.hexdigest()[:12]}"
     root = Path(os.environ.get("HF_NEURON_CACHE", Path.home() / ".cache" / "hf_neuron"))
-    path = root / "simulator" / tag
+    path = root / cache_kind / tag
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def build_and_load(name: str, csrc: Path, sources: list[str], cache_kind: str, first_build_note: str | None):
+    """Compile (once, cached under ``$HF_NEURON_CACHE/<cache_kind>``) and import a C++ extension.
+
+    Concurrent callers (the ranks of one torchrun) share one build: torch's builder locks the build
+    folder and the others wait. ``first_build_note`` is printed to stderr before a first build.
+    """
+    from torch.utils import cpp_extension
+
+    build_dir = _build_dir(csrc, cache_kind)
+    if first_build_note and not any(build_dir.glob("*.so")):
+        print(f"hf_neuron: {first_build_note}", file=sys.stderr, flush=True)
+    return cpp_extension.load(
+        name=name,
+        sources=[str(csrc / s) for s in sources],
+        extra_cflags=["-O2"],
+        build_directory=str(build_dir),
+        verbose=os.environ.get("HF_NEURON_BUILD_VERBOSE") == "1",
+    )
 
 
 def load():
     """Return the compiled extension module, compiling it on first use (about a minute on 2 cores)."""
     global _module
-    if _module is not None:
-        return _module
-    from torch.utils import cpp_extension
-
-    build_dir = _build_dir()
-    if not any(build_dir.glob("*.so")):
-        print(
-            "hf_neuron: building the simulated Neuron device extension (once per torch version; ~1 min)...",
-            file=sys.stderr,
-            flush=True,
+    if _module is None:
+        _module = build_and_load(
+            "hf_neuron_simulator_C", _CSRC, _SOURCES, "simulator",
+            "building the simulated Neuron device extension (once per torch version; ~1 min)...",
         )
-    _module = cpp_extension.load(
-        name="hf_neuron_simulator_C",
-        sources=[str(_CSRC / s) for s in _SOURCES],
-        extra_cflags=["-O2"],
-        build_directory=str(build_dir),
-        verbose=os.environ.get("HF_NEURON_BUILD_VERBOSE") == "1",
-    )
     return _module

@@ -23,9 +23,7 @@ or a pre-multiplication.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import sys
 import threading
 from pathlib import Path
 
@@ -59,47 +57,19 @@ def register() -> None:
         _registered = True
 
 
-def _build_dir() -> Path:
-    import torch
-
-    digest = hashlib.sha256()
-    for name in sorted(p.name for p in _CSRC.iterdir() if p.suffix in (".cpp", ".h")):
-        digest.update(name.encode())
-        digest.update((_CSRC / name).read_bytes())
-    tag = f"torch{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}-{digest.hexdigest()[:12]}"
-    root = Path(os.environ.get("HF_NEURON_CACHE", Path.home() / ".cache" / "hf_neuron"))
-    path = root / "c10d" / tag
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def load_extension():
-    """Return the compiled backend module, compiling it on first use (a few minutes on 2 cores).
-
-    Concurrent callers (the ranks of one torchrun) share one build: torch's builder locks the
-    build directory and the others wait for it.
-    """
+    """Return the compiled backend module, compiling it on first use (a few minutes on 2 cores)."""
     global _module
     if _module is not None:
         return _module
     import torch.distributed  # noqa: F401  (binds c10d::Backend, the base class of ours)
-    from torch.utils import cpp_extension
 
-    build_dir = _build_dir()
-    if not any(build_dir.glob("*.so")) and os.environ.get("LOCAL_RANK", "0") == "0":
-        print(
-            "hf_neuron: building the simulated Neuron process-group backend (once per torch version; "
-            "a few minutes)...",
-            file=sys.stderr,
-            flush=True,
-        )
-    _module = cpp_extension.load(
-        name="hf_neuron_c10d_C",
-        sources=[str(_CSRC / s) for s in _SOURCES],
-        extra_cflags=["-O2"],
-        build_directory=str(build_dir),
-        verbose=os.environ.get("HF_NEURON_BUILD_VERBOSE") == "1",
-    )
+    from hf_neuron.simulator._extension import build_and_load
+
+    note = None
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        note = "building the simulated Neuron process-group backend (once per torch version; a few minutes)..."
+    _module = build_and_load("hf_neuron_c10d_C", _CSRC, _SOURCES, "c10d", note)
     return _module
 
 
