@@ -21,8 +21,11 @@ ADAPTERS = {
 _installed = False
 
 
-def _activate(adapter_module: str):
+def _activate(library: str, adapter_module: str):
     def callback(_library_module) -> None:
+        from hf_neuron.versions import warn_if_unverified
+
+        warn_if_unverified(library)
         adapter = importlib.import_module(adapter_module)
         activate = getattr(adapter, "activate", None)
         if activate is not None:
@@ -38,4 +41,4 @@ def install() -> None:
         return
     _installed = True
     for library, adapter in ADAPTERS.items():
-        when_imported(library, _activate(adapter))
+        when_imported(library, _activate(library, adapter))

@@ -25,3 +25,14 @@ NEURON = torch.device("neuron")
 @pytest.fixture
 def neuron():
     return torch.device("neuron", torch.neuron.current_device())
+
+
+@pytest.fixture
+def static_shapes():
+    """Dynamo without automatic dynamic shapes, for one test.
+
+    Torch config options are changed with their own ``patch`` (never ``monkeypatch.setattr``: the
+    options do not live in the module's ``__dict__``, and pytest's undo may delete them).
+    """
+    with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+        yield

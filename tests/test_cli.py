@@ -15,6 +15,15 @@ def test_env_reports_simulated_devices_and_fixes(capsys):
     assert all({"name", "library", "active", "status"} <= set(f) for f in info["fixes"])
 
 
+def test_env_check_passes_on_the_installed_releases(capsys):
+    """Every fix decides on the installed releases, and each release is in its verified range."""
+    from hf_neuron import fixes
+
+    assert main(["env", "--check"]) == 0, capsys.readouterr().err
+    assert fixes.unknown_fixes() == []
+    assert not [f.name for f in fixes.all_fixes() if f.status == fixes.WAITING]
+
+
 def test_env_human_readable(capsys):
     assert main(["env"]) == 0
     out = capsys.readouterr().out

@@ -8,6 +8,7 @@ from hf_neuron import fixes
 @pytest.fixture(autouse=True)
 def isolated_registry(monkeypatch):
     monkeypatch.setattr(fixes, "_FIXES", {})
+    monkeypatch.setattr(fixes, "_warned_unknown", set())
 
 
 def test_registry_applies_only_detected_gaps(monkeypatch):
@@ -43,3 +44,73 @@ def test_disable_switch(monkeypatch):
 
     assert fixes.apply_fixes("otherlib") == []
     assert fixes.get_fix("test_disabled").reason == "HF_NEURON_DISABLE=1"
+
+
+def test_a_detector_that_cannot_decide_is_loud_once(monkeypatch, caplog):
+    monkeypatch.delenv("HF_NEURON_DISABLE", raising=False)
+    calls = []
+
+    def broken():
+        calls.append("detect")
+        raise KeyError("a keyword this release renamed")
+
+    @fixes.fix("test_broken", "pytest", detect=broken)
+    def never():
+        """Would fill a gap, if anyone could tell."""
+        raise AssertionError("an undecided fix must not be applied")
+
+    with caplog.at_level("WARNING", logger="hf_neuron"):
+        assert fixes.apply_fixes("pytest") == []
+        assert fixes.apply_fixes("pytest") == []  # decided: not detected (nor warned) again
+    entry = fixes.get_fix("test_broken")
+    assert entry.status == fixes.UNKNOWN and not entry.active
+    assert "pytest " in entry.reason and "KeyError" in entry.reason  # names the installed release
+    assert fixes.unknown_fixes() == [entry]
+    warnings = [r.getMessage() for r in caplog.records if "test_broken" in r.getMessage()]
+    assert len(warnings) == 1 and "pytest" in warnings[0]
+    assert calls == ["detect"]
+
+
+def test_a_pending_detector_is_asked_again(monkeypatch):
+    monkeypatch.delenv("HF_NEURON_DISABLE", raising=False)
+    ready = []
+
+    @fixes.fix("test_pending", "testlib", detect=lambda: True if ready else fixes.PENDING)
+    def later():
+        """Applied once its module exists."""
+
+    assert fixes.apply_fixes("testlib") == [] and fixes.get_fix("test_pending").status == fixes.WAITING
+    ready.append(True)
+    assert [f.name for f in fixes.apply_fixes("testlib")] == ["test_pending"]
+
+
+def test_env_check_fails_on_an_undecidable_fix(monkeypatch, capsys):
+    from hf_neuron.commands import env
+
+    monkeypatch.delenv("HF_NEURON_DISABLE", raising=False)
+
+    @fixes.fix("test_broken_detector", "transformers", detect=lambda: {}["cache"])
+    def never():
+        """A fix whose probe broke on a new release."""
+
+    fixes.apply_fixes("transformers")
+    monkeypatch.setattr(env, "collect", lambda: _collected(env))
+    assert env.run(type("Args", (), {"json": False, "check": True})()) == 1
+    captured = capsys.readouterr()
+    assert "UNKNOWN" in captured.out and "test_broken_detector" in captured.err
+
+    fixes.get_fix("test_broken_detector").status = fixes.CLOSED
+    assert env.run(type("Args", (), {"json": False, "check": True})()) == 0
+
+
+def _collected(env):
+    versions = {name: "1.0" for name in env.LIBRARIES}
+    return {
+        "hf_neuron": "0", "python": "3", "platform": "linux", "versions": versions, "verified_ranges": {},
+        "unverified": [], "torch_neuronx": "simulated", "devices": [],
+        "fixes": [
+            {"name": f.name, "library": f.library, "active": f.active, "status": f.status, "reason": f.reason,
+             "gap": f.gap}
+            for f in fixes.all_fixes()
+        ],
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata as md
 import platform
+import sys
 
 LIBRARIES = ["torch", "transformers", "diffusers", "trl", "peft", "accelerate", "datasets", "tokenizers"]
 
@@ -20,10 +21,13 @@ def collect() -> dict:
     import torch
 
     from hf_neuron import __version__, fixes
+    from hf_neuron.versions import is_verified, verified_ranges
     from hf_neuron.simulator import is_simulated, real_torch_neuronx_installed
 
     info: dict = {"hf_neuron": __version__, "python": platform.python_version(), "platform": platform.platform()}
     info["versions"] = {name: _version(name) for name in LIBRARIES}
+    info["verified_ranges"] = verified_ranges()
+    info["unverified"] = [name for name in LIBRARIES if is_verified(name) is False]
     if is_simulated():
         from hf_neuron.simulator.torch_neuronx_shim import SIMULATED_VERSION
 
@@ -50,7 +54,7 @@ def collect() -> dict:
     except Exception as exc:
         info.setdefault("errors", []).append(f"transformers fixes: {exc!r}")
     info["fixes"] = [
-        {"name": f.name, "library": f.library, "active": f.active, "status": f.reason, "gap": f.gap}
+        {"name": f.name, "library": f.library, "active": f.active, "status": f.status, "reason": f.reason, "gap": f.gap}
         for f in fixes.all_fixes()
     ]
     return info
@@ -59,19 +63,33 @@ def collect() -> dict:
 def render(info: dict) -> str:
     lines = [f"hf_neuron {info['hf_neuron']}  (python {info['python']}, {info['platform']})", "", "Versions:"]
     for name, version in info["versions"].items():
-        lines.append(f"  {name:<13} {version}")
+        spec = info["verified_ranges"].get(name)
+        note = ""
+        if spec:
+            note = f"  (verified {spec})" if name not in info["unverified"] else f"  NOT VERIFIED: hf_neuron is tested on {spec}"
+        lines.append(f"  {name:<13} {version}{note}")
     lines.append(f"  {'torch-neuronx':<13} {info['torch_neuronx']}")
     lines += ["", f"Neuron devices: {len(info['devices'])}"]
     lines += [f"  {d}" for d in info["devices"]]
     lines += ["", f"Adapter fixes: {len(info['fixes'])}"]
     for f in info["fixes"]:
-        mark = "active  " if f["active"] else "inactive"
-        lines.append(f"  [{mark}] {f['library']}:{f['name']} - {f['status']}")
+        mark = {"applied": "active  ", "unknown": "UNKNOWN "}.get(f["status"], "inactive")
+        lines.append(f"  [{mark}] {f['library']}:{f['name']} - {f['reason']}")
         if f["gap"]:
             lines.append(f"             {f['gap']}")
     for err in info.get("errors", []):
         lines.append(f"error: {err}")
     return "\n".join(lines)
+
+
+def problems(info: dict) -> list[str]:
+    """What makes ``--check`` fail: undecidable fixes, unverified releases, libraries that fail to import."""
+    found = [f"fix {f['library']}:{f['name']} could not be detected: {f['reason']}" for f in info["fixes"]
+             if f["status"] == "unknown"]
+    found += [f"{name} {info['versions'][name]} is outside the verified range {info['verified_ranges'][name]}"
+              for name in info["unverified"]]
+    found += info.get("errors", [])
+    return found
 
 
 def run(args) -> int:
@@ -82,10 +100,23 @@ def run(args) -> int:
         print(json.dumps(info, indent=2))
     else:
         print(render(info))
-    return 0
+    if not args.check:
+        return 0
+    found = problems(info)
+    for problem in found:
+        print(f"check failed: {problem}", file=sys.stderr)
+    if not found:
+        print("check passed: every fix decided, every library in its verified range", file=sys.stderr)
+    return 1 if found else 0
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("env", help="versions, neuron devices and hf_neuron's fixes (active or not)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if a fix's detection could not decide, a library is outside its verified range, "
+        "or a library fails to import",
+    )
     p.set_defaults(func=run)

@@ -37,8 +37,14 @@ def results_files(directory: Path | None = None) -> list[Path]:
     order = {"trainium": 0, "simulated": 1, "cpu": 2}
 
     def key(path: Path):
-        kind = path.stem.rsplit("-", 1)[-1]
-        return (order.get(kind, 3), path.name)
+        from packaging.version import InvalidVersion, Version
+
+        release, _, kind = path.stem.rpartition("-")
+        try:
+            newest_first = -Version(release).release[0], tuple(-part for part in Version(release).release)
+        except InvalidVersion:
+            newest_first = (0, ())
+        return (order.get(kind, 3), newest_first, path.name)
 
     return sorted((p for p in directory.glob("*.json") if not p.name.startswith(".")), key=key)
 

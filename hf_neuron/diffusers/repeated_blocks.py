@@ -11,7 +11,7 @@ import logging
 
 from hf_neuron._import_hooks import when_imported
 from hf_neuron.diffusers._plan_registry import TRANSFORMERS_PACKAGE, class_assigns
-from hf_neuron.fixes import _FIXES, fix
+from hf_neuron.fixes import fix, mark_closed
 
 logger = logging.getLogger("hf_neuron")
 
@@ -63,15 +63,14 @@ _INSTALLED: dict[str, tuple[str, ...]] = {}
 
 
 def _install(module, class_name: str, blocks: tuple[str, ...]) -> None:
-    entry = _FIXES.get(f"diffusers.repeated_blocks.{class_name}")
+    fix_name = f"diffusers.repeated_blocks.{class_name}"
     cls = getattr(module, class_name, None)
     if cls is None:
-        if entry is not None:
-            entry.active, entry.reason = False, "class not found in its module"
+        mark_closed(fix_name, "class not found in its module")
         return
     if getattr(cls, "_repeated_blocks", None):
-        if _INSTALLED.get(class_name) is None and entry is not None:
-            entry.active, entry.reason = False, "upstream sets _repeated_blocks: ours not installed"
+        if _INSTALLED.get(class_name) is None:
+            mark_closed(fix_name, "upstream sets _repeated_blocks: ours not installed")
         return
     cls._repeated_blocks = list(blocks)
     _INSTALLED[class_name] = tuple(blocks)

@@ -21,7 +21,7 @@ import torch
 from hf_neuron._import_hooks import when_imported
 from hf_neuron.diffusers import tp_plans  # noqa: F401  (fills PLANS)
 from hf_neuron.diffusers._plan_registry import PLANS, ClassPlan, class_assigns, module_file
-from hf_neuron.fixes import _FIXES, fix
+from hf_neuron.fixes import fix, mark_closed
 
 logger = logging.getLogger("hf_neuron")
 
@@ -48,15 +48,14 @@ def installed_classes() -> list[str]:
 
 
 def _install_plan(module, class_plan: ClassPlan) -> None:
-    fix_entry = _FIXES.get(f"diffusers.tp_plan.{class_plan.class_name}")
+    fix_name = f"diffusers.tp_plan.{class_plan.class_name}"
     cls = getattr(module, class_plan.class_name, None)
     if cls is None:
-        if fix_entry is not None:
-            fix_entry.active, fix_entry.reason = False, "class not found in its module"
+        mark_closed(fix_name, "class not found in its module")
         return
     if getattr(cls, "_tp_plan", None) is not None:
-        if plan_for(cls._tp_plan) is None and fix_entry is not None:
-            fix_entry.active, fix_entry.reason = False, "upstream ships a _tp_plan: ours not installed"
+        if plan_for(cls._tp_plan) is None:
+            mark_closed(fix_name, "upstream ships a _tp_plan: ours not installed")
         return
     plan = class_plan.build()
     cls._tp_plan = plan
@@ -377,9 +376,7 @@ def _patch_errors(tp_module) -> None:
         return
     original_check = tp_module._check_tp_supported
     if _names_class(original_check, "HfNeuronProbeModel"):
-        entry = _FIXES.get("diffusers.tp_clear_errors")
-        if entry is not None:
-            entry.active, entry.reason = False, "upstream errors already name the class"
+        mark_closed("diffusers.tp_clear_errors", "upstream errors already name the class")
         return
     original_specs = tp_module.resolve_tp_shard_specs
 

@@ -13,10 +13,15 @@ _module = None
 
 
 def _build_dir(csrc: Path, cache_kind: str) -> Path:
-    """A build folder per torch version, Python version and hash of the C++ sources."""
+    """A build folder per torch installation, Python version and hash of the C++ sources.
+
+    The torch installation's folder is part of the key, not only its version: two environments
+    with the same torch (a virtual environment beside the system one) compile against different
+    include paths, and sharing one folder would make each rebuild the other's extension.
+    """
     import torch
 
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(str(Path(torch.__file__).resolve().parent).encode())
     for name in sorted(p.name for p in csrc.iterdir() if p.suffix in (".cpp", ".h")):
         digest.update(name.encode())
         digest.update((csrc / name).read_bytes())

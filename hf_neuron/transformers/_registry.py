@@ -27,7 +27,7 @@ def transformers_fix(name: str, module: str, detect: Callable[[], bool]):
 
     def detect_once_imported() -> bool:
         if module not in _imported:
-            return False  # re-detected when the module is imported (see apply_pending)
+            return fixes.PENDING  # detected when the module is imported (see apply_pending)
         import torch
 
         # The import may happen inside the caller's `with torch.device("meta"):` (model init).
@@ -99,6 +99,5 @@ def apply_pending() -> None:
     if fixes.adapters_disabled():
         return
     for name, module in _waits_for.items():
-        fix = fixes.get_fix(name)
-        if not fix.active and module not in _imported:
-            fix.reason = f"waits for `import {module}`"
+        if module not in _imported:
+            fixes.mark_waiting(name, f"waits for `import {module}`")

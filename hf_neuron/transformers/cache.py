@@ -62,6 +62,26 @@ def _get_seq_length(original, self):
     return self.cumulative_length if self.is_initialized else 0
 
 
+def _crop(self, tokens_to_remove: int) -> None:
+    # Upstream's crop only lowers the length, which fits its layout (slot i = position i); in ours
+    # slot j holds position ``past - S + j``, so dropping the newest k positions shifts the buffer
+    # right by k. The k slots opening on the left stand for positions below ``past - S``, which are
+    # negative (zeros) as long as the layer never held more than S positions: what upstream's
+    # ``is_croppable`` (max_cache_len <= sliding_window) guarantees before anyone crops.
+    if tokens_to_remove > 0:
+        raise RuntimeError(
+            "Static layers can only be cropped by passing a negative int, to specify how many tokens to remove"
+        )
+    removed = min(abs(int(tokens_to_remove)), int(self.cumulative_length)) if self.is_initialized else 0
+    if removed == 0:
+        return
+    shift = min(removed, self.max_cache_len)
+    for buffer in (self.keys, self.values):
+        buffer.copy_(buffer.roll(shift, dims=-2))
+        buffer[:, :, :shift].zero_()
+    self.cumulative_length.sub_(removed)
+
+
 def _get_length_int(self) -> int:
     return int(self.cumulative_length)
 
@@ -80,11 +100,13 @@ def patch_static_sliding_window_layer() -> None:
     ``update``, so Dynamo guards on it and every decode step is a new graph (Mistral, Gemma 2/3,
     GPT-OSS, Qwen2 sliding layers, hybrid models). Detected when a fresh layer stores its length
     as a Python int. Patch: a branch-free ``update`` and matching ``get_mask_sizes`` driven by the
-    tensor length only (see the module docstring); the int becomes a read-only view of the tensor.
+    tensor length only (see the module docstring); the int becomes a view of the tensor, and
+    ``crop`` (assisted decoding rolls back rejected draft tokens with it) shifts the buffer to match.
     """
     from transformers.cache_utils import StaticSlidingWindowLayer
 
     wrap(FIX_NAME, StaticSlidingWindowLayer, "update", _update)
     wrap(FIX_NAME, StaticSlidingWindowLayer, "get_mask_sizes", _get_mask_sizes)
     wrap(FIX_NAME, StaticSlidingWindowLayer, "get_seq_length", _get_seq_length)
+    replace(FIX_NAME, StaticSlidingWindowLayer, "crop", _crop)
     replace(FIX_NAME, StaticSlidingWindowLayer, "cumulative_length_int", property(_get_length_int, _set_length_int))

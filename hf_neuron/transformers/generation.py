@@ -48,6 +48,34 @@ FIT_FIX = "generate-max-cache-len-check"
 DEFAULTS_FIX = "generate-neuron-defaults"
 
 
+#: Keywords under which ``generate`` takes the cache from the caller and keeps it in ``model_kwargs``,
+#: newest first (Transformers renamed ``past_key_values`` to ``cache``; the old name is still accepted
+#: by ``generate`` and renamed on entry).
+CACHE_KEYWORDS = ("cache", "past_key_values")
+
+
+def generation_cache(kwargs: dict):
+    """The cache in ``generate``'s keyword arguments or ``model_kwargs``, whatever its keyword, or None."""
+    for key in CACHE_KEYWORDS:
+        value = kwargs.get(key)
+        if value is not None:
+            return value
+    return None
+
+
+def cache_keyword() -> str:
+    """The keyword the installed ``prepare_inputs_for_generation`` takes the cache as."""
+    import inspect
+
+    from transformers.generation.utils import GenerationMixin
+
+    parameters = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
+    for key in CACHE_KEYWORDS:
+        if key in parameters:
+            return key
+    raise RuntimeError(f"prepare_inputs_for_generation takes none of {CACHE_KEYWORDS} (parameters: {list(parameters)})")
+
+
 def resolve_prefill_chunk_size(prefill_chunk_size: int | None = None, max_cache_len: int | None = None) -> int:
     """The chunk size generate uses on Neuron: the given one, else our default capped to the cache."""
     if prefill_chunk_size is not None:
@@ -265,7 +293,7 @@ def _prompt_padding(self, input_ids, generation_config, model_kwargs, is_first_i
         return 0
     if any(model_kwargs.get(key) is not None for key in ("mm_token_type_ids", "moe_mm_token_type_ids")):
         return 0
-    cache = model_kwargs.get("past_key_values")
+    cache = generation_cache(model_kwargs)
     if cache is None or not getattr(cache, "is_compileable", False) or int(cache.get_seq_length()) != 0:
         return 0
     if generation_config._pad_token_tensor is None:
@@ -310,14 +338,14 @@ def _prefill_with_padded_prompt(original, self, input_ids, generation_config, mo
 def _generate_leaves_last_chunk_short() -> bool:
     import types
 
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig, StaticCache
     from transformers.generation.utils import GenerationMixin
 
     chunk_lengths = []
 
     class _Probe(GenerationMixin):
-        config = types.SimpleNamespace(is_encoder_decoder=False)
-        device = torch.device("meta")
+        config = _probe_config()
+        device = torch.device("cpu")
         dtype = torch.float32
 
         def is_remote_code(self):
@@ -329,14 +357,15 @@ def _generate_leaves_last_chunk_short() -> bool:
         def get_compiled_call(self, compile_config):
             return self.__call__
 
-        def __call__(self, input_ids=None, past_key_values=None, **kwargs):
+        def __call__(self, input_ids=None, **kwargs):
             chunk_lengths.append(input_ids.shape[-1])
-            return types.SimpleNamespace(past_key_values=past_key_values)
+            cache = generation_cache(kwargs)
+            return types.SimpleNamespace(cache=cache, past_key_values=cache)
 
-    cache = types.SimpleNamespace(get_seq_length=lambda: 0, is_compileable=True)
+    cache = StaticCache(config=_probe_config(), max_cache_len=16)
     generation_config = GenerationConfig(prefill_chunk_size=4, pad_token_id=0, max_length=8)
     generation_config._pad_token_tensor = torch.tensor(0)
-    model_kwargs = {"past_key_values": cache, "attention_mask": torch.ones(1, 6, dtype=torch.long)}
+    model_kwargs = {cache_keyword(): cache, "attention_mask": torch.ones(1, 6, dtype=torch.long)}
     GenerationMixin._prefill(_Probe(), torch.ones(1, 6, dtype=torch.long), generation_config, model_kwargs)
     return chunk_lengths[-1] != chunk_lengths[0]
 
@@ -365,7 +394,7 @@ def _check_prompt_fits(original, self, generation_config, model_kwargs, generati
     if (
         limit is not None
         and generation_config.cache_implementation in _static_cache_implementations()
-        and model_kwargs.get("past_key_values") is None
+        and generation_cache(model_kwargs) is None
         and _will_compile(self, generation_config)
     ):
         needed = max_cache_length + 1  # generate sizes the cache max_length - 1 = prompt + max_new_tokens - 1
@@ -380,12 +409,19 @@ def _check_prompt_fits(original, self, generation_config, model_kwargs, generati
     return original(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length)
 
 
+def _probe_config():
+    """A one-layer Llama config for the probes (configuration only: no modeling code is imported)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(num_hidden_layers=1, hidden_size=8, num_attention_heads=1, intermediate_size=8, vocab_size=16)
+
+
 def _cache_grows_past_max_cache_len() -> bool:
-    from transformers import GenerationConfig, LlamaConfig
+    from transformers import GenerationConfig
     from transformers.generation.utils import GenerationMixin
 
     class _Probe(GenerationMixin):
-        config = LlamaConfig(num_hidden_layers=1, hidden_size=8, num_attention_heads=1, intermediate_size=8)
+        config = _probe_config()
         device = torch.device("cpu")
         dtype = torch.float32
 
@@ -398,7 +434,7 @@ def _cache_grows_past_max_cache_len() -> bool:
         _Probe()._prepare_cache_for_generation(generation_config, model_kwargs, None, 1, 16)
     except ValueError:
         return False
-    return model_kwargs["past_key_values"].get_max_length() > 4
+    return generation_cache(model_kwargs).get_max_length() > 4
 
 
 @transformers_fix(FIT_FIX, GENERATION_MODULE, detect=_cache_grows_past_max_cache_len)
@@ -448,7 +484,7 @@ def _neuron_compile_config(model, compile_config):
 
 
 def _wants_default_static_cache(model, generation_config, kwargs) -> bool:
-    if "cache_implementation" in kwargs or kwargs.get("past_key_values") is not None:
+    if "cache_implementation" in kwargs or generation_cache(kwargs) is not None:
         return False
     for config in (generation_config, model.generation_config):
         if config is not None and config.cache_implementation not in (None, "hybrid"):

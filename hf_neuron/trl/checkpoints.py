@@ -15,7 +15,7 @@ import logging
 import os
 import shutil
 
-from hf_neuron.fixes import _FIXES, fix
+from hf_neuron.fixes import fix, mark_closed
 from hf_neuron.trl._common import BASE_TRAINER_MODULE, mark_patched, module_ast, when_ready
 
 logger = logging.getLogger("hf_neuron")
@@ -103,9 +103,7 @@ def _patch_base_trainer(module) -> None:
     if cls is None or getattr(cls.__dict__.get("_save_checkpoint"), "__hf_neuron_patched__", False):
         return
     if not trainer_saves_in_place():
-        entry = _FIXES.get(FIX_NAME)
-        if entry is not None:
-            entry.active, entry.reason = False, "upstream Trainer already publishes checkpoints atomically"
+        mark_closed(FIX_NAME, "upstream Trainer already publishes checkpoints atomically")
         return
     inherited = cls._save_checkpoint  # transformers.Trainer's
 

@@ -34,13 +34,13 @@ def test_upstream_plan_wins():
     upstream_plan = {"transformer_blocks.*.attn.to_q": "colwise"}
     fake = types.SimpleNamespace(SD3Transformer2DModel=type("SD3Transformer2DModel", (), {"_tp_plan": upstream_plan}))
     entry = get_fix("diffusers.tp_plan.SD3Transformer2DModel")
-    saved = (entry.active, entry.reason)
+    saved = (entry.status, entry.reason)
     try:
         _install_plan(fake, class_plan)
         assert fake.SD3Transformer2DModel._tp_plan is upstream_plan
         assert not entry.active and "upstream" in entry.reason
     finally:
-        entry.active, entry.reason = saved
+        entry.status, entry.reason = saved
 
 
 def test_detection_reads_the_class_body():

@@ -113,8 +113,7 @@ def test_automatic_dynamic_recompile_after_second_shape_raises(device):
         fn(torch.randn(5, 3, device=device))
 
 
-def test_each_new_shape_is_a_new_static_graph_without_automatic_dynamic(device, monkeypatch):
-    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)
+def test_each_new_shape_is_a_new_static_graph_without_automatic_dynamic(device, static_shapes):
     fn = torch.compile(lambda x: x.cos() * 3, backend="neuron")
     with graph_log.count_graphs() as graphs:
         a = fn(torch.randn(4, 3, device=device))
@@ -126,8 +125,7 @@ def test_each_new_shape_is_a_new_static_graph_without_automatic_dynamic(device, 
     assert all(r["status"] == "compiled" for r in graphs.records)
 
 
-def test_dtype_change_is_a_new_graph(monkeypatch):
-    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)
+def test_dtype_change_is_a_new_graph(static_shapes):
     fn = torch.compile(lambda x: x + 1, backend="neuron")
     fn(torch.randn(2))
     fn(torch.randn(2, dtype=torch.bfloat16))
@@ -228,10 +226,9 @@ def test_fp8_graph_rejected():
         torch.compile(lambda t: t.to(torch.float8_e4m3fn).float(), backend="neuron")(torch.randn(4))
 
 
-def test_log_file_gets_one_json_line_per_graph(tmp_path, monkeypatch):
+def test_log_file_gets_one_json_line_per_graph(tmp_path, monkeypatch, static_shapes):
     log = tmp_path / "graphs.jsonl"
     monkeypatch.setenv(graph_log.LOG_ENV, str(log))
-    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)
     model = _mlp("cpu")
     compiled = torch.compile(model, backend="neuron")
     compiled(torch.randn(2, 8)).sum().backward()

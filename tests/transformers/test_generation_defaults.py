@@ -10,7 +10,7 @@ from transformers import CompileConfig, StaticCache
 from hf_neuron.simulator import graph_log
 from hf_neuron.testing.tiny_models import build_model, build_tokenizer
 from hf_neuron.transformers import DEFAULT_MAX_CACHE_LEN, tokenize_prompts, upstream_behaviour
-from hf_neuron.transformers.generation import DEFAULTS_FIX, FIT_FIX
+from hf_neuron.transformers.generation import DEFAULTS_FIX, FIT_FIX, cache_keyword
 
 
 @pytest.fixture
@@ -61,6 +61,22 @@ def test_user_values_win(llama, fresh_dynamo):
     out, graphs = _generate(llama, _prompt(20), max_cache_len=64, prefill_chunk_size=16)
     assert out.past_key_values.get_max_length() == 64
     assert graphs == 2
+
+
+@pytest.mark.parametrize("keyword", sorted({"past_key_values", cache_keyword()}))
+def test_a_cache_you_pass_wins(llama, fresh_dynamo, keyword):
+    """Under the old keyword and the installed release's own: no default cache, nothing compiled."""
+    from transformers import DynamicCache
+
+    prompt = _prompt(20)
+    expected = llama.generate(prompt, max_new_tokens=3, do_sample=False)
+    llama.to("neuron")
+    cache = DynamicCache(config=llama.config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the old keyword is deprecated on newer releases
+        out, graphs = _generate(llama, prompt, **{keyword: cache})
+    assert out.past_key_values is cache and graphs == 0
+    assert torch.equal(out.sequences.cpu(), expected)
 
 
 def test_model_on_cpu_is_left_alone(llama, fresh_dynamo):

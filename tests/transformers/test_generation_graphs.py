@@ -1,4 +1,4 @@
-"""The issue-3 workload compiles exactly 2 graphs on Neuron, with the tokens of CPU eager generation.
+"""The generation workload compiles exactly 2 graphs on Neuron, with the tokens of CPU eager generation.
 
 8 greedy prompts of 20-140 tokens, max_cache_len 256, prefill chunk 32, 16 new tokens; dense (Llama)
 and sliding-window (Mistral, window 64) models, batch size 1 and 4 (left padded to the longest
@@ -86,3 +86,28 @@ def test_hybrid_sliding_and_full_attention_moe_compiles_two_graphs(fresh_dynamo)
     assert count == 2
     for got, want in zip(tokens, expected):
         assert torch.equal(got, want)
+
+
+# Each detector, run before and after its fix: it sees the gap on the installed release (so the fix
+# is active), and no longer sees it once the fix is in place.
+def _probes():
+    from hf_neuron.transformers import cache, generation
+
+    return {
+        STRIDES_FIX: generation._chunk_inputs_keep_parent_strides,
+        PAD_FIX: generation._generate_leaves_last_chunk_short,
+        SLIDING_FIX: cache._upstream_tracks_python_int,
+    }
+
+
+@pytest.mark.parametrize("fix_name", [STRIDES_FIX, PAD_FIX, SLIDING_FIX])
+def test_probe_sees_the_gap_without_the_fix_only(fix_name):
+    from hf_neuron.fixes import get_fix
+    from hf_neuron.transformers import import_fix_targets
+
+    import_fix_targets()
+    probe = _probes()[fix_name]
+    assert get_fix(fix_name).active, get_fix(fix_name).reason
+    with upstream_behaviour(fix_name):
+        assert probe() is True
+    assert probe() is False

@@ -90,3 +90,68 @@ def test_attention_matches_dynamic_cache(chunk):
         for start in range(3 * chunk, ids.shape[1]):
             got.append(model(ids[:, start : start + 1], past_key_values=static).logits)
     torch.testing.assert_close(torch.cat(got, dim=1), want, rtol=1e-5, atol=1e-5)
+
+
+# --- crop: assisted decoding rolls back rejected draft tokens ---------------------------------------
+
+
+def _croppable_layer():
+    # max_cache_len <= sliding_window: the layer never drops a position, so it can be cropped.
+    layer = StaticSlidingWindowLayer(max_cache_len=WINDOW, sliding_window=WINDOW)
+    layer.lazy_initialization(torch.zeros(1, 1, 0, 2), torch.zeros(1, 1, 0, 2))
+    return layer
+
+
+def test_crop_returns_the_layer_to_a_shorter_prefix():
+    cropped, straight = _croppable_layer(), _croppable_layer()
+    cropped.update(_states(range(5)), _states(range(5)))
+    cropped.crop(-2)
+    assert int(cropped.get_seq_length()) == 3 and cropped.cumulative_length_int == 3
+    straight.update(_states(range(3)), _states(range(3)))
+    torch.testing.assert_close(cropped.keys, straight.keys, rtol=0, atol=0)
+    # The next tokens land where they would have without the rejected ones.
+    assert cropped.get_mask_sizes(2) == straight.get_mask_sizes(2)
+    got, _ = cropped.update(_states([3, 4]), _states([3, 4]))
+    want, _ = straight.update(_states([3, 4]), _states([3, 4]))
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_crop_rejects_a_positive_count_like_upstream():
+    layer = _croppable_layer()
+    layer.update(_states(range(3)), _states(range(3)))
+    with pytest.raises(RuntimeError, match="negative"):
+        layer.crop(1)
+
+
+def test_is_croppable_follows_the_window():
+    from transformers import StaticCache
+
+    from hf_neuron.testing.tiny_models import build_model
+
+    if "is_croppable" not in vars(StaticSlidingWindowLayer):
+        pytest.skip("sliding-window layers of this Transformers release are never cropped")
+    config = build_model("mistral", sliding_window=WINDOW).config
+    assert StaticCache(config=config, max_cache_len=WINDOW).is_croppable
+    assert not StaticCache(config=config, max_cache_len=MAX_CACHE_LEN).is_croppable
+
+
+def _assisted_tokens(model, ids, **kwargs):
+    # Prompt lookup drafts tokens from n-grams of the prompt; rejected drafts are cropped away.
+    return model.generate(ids, max_new_tokens=20, do_sample=False, prompt_lookup_num_tokens=3, **kwargs)
+
+
+def test_assisted_decoding_with_a_static_sliding_window_cache():
+    from hf_neuron.testing.tiny_models import build_model
+
+    model = build_model("mistral", sliding_window=64)
+    ids = torch.randint(3, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(0))
+    ids = torch.cat([ids, ids, ids[:, :5]], dim=1)  # repeated n-grams: the lookup proposes drafts
+    want = model.generate(ids, max_new_tokens=20, do_sample=False, cache_implementation="dynamic")
+    try:
+        got = _assisted_tokens(model, ids, cache_implementation="static", max_cache_len=64)
+    except ValueError as exc:  # releases whose assisted decoding refuses static caches
+        assert "cache" in str(exc).lower()
+        pytest.skip(f"assisted decoding takes no static cache on this Transformers release: {exc}")
+    assert torch.equal(got, want)
+    with upstream_behaviour(FIX_NAME):
+        assert torch.equal(_assisted_tokens(model, ids, cache_implementation="static", max_cache_len=64), want)

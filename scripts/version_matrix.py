@@ -1,0 +1,109 @@
+"""Run the fix and promise tests on the oldest releases ``pyproject.toml`` declares.
+
+The dependency ranges are a promise: every release in them passes the tests. The newest end is what
+a fresh ``pip install`` resolves (the README's commands test it); this script proves the oldest
+end. It reads the lower bound of each checked dependency from ``pyproject.toml`` (so the pins can
+never drift from what is declared), builds a virtual environment with exactly those releases, and
+runs the tests of the fixes and of the README's promises in it.
+
+    python scripts/version_matrix.py                 # oldest releases, the promise tests
+    python scripts/version_matrix.py --list          # print the pins and the tests, run nothing
+    python scripts/version_matrix.py -- -k padding   # extra pytest arguments after --
+
+The environment is kept in ``out/venv-oldest`` and reused while its pins are unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tomllib
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Distributions pinned to their declared lower bound (the ones the adapters patch or build on,
+#: and the test runner, whose behaviour the test suite depends on).
+PINNED = ("torch", "transformers", "trl", "diffusers", "peft", "accelerate", "datasets", "tokenizers", "pytest")
+#: The tests of the fixes and of the README's figures (placement, generation graphs, sliding window,
+#: TP generation, TRL padding and loading, diffusers plans, fix detection).
+PROMISE_TESTS = (
+    "tests/test_fix_registry.py",
+    "tests/test_cli.py::test_env_check_passes_on_the_installed_releases",
+    "tests/transformers/test_placement.py",
+    "tests/transformers/test_generation_graphs.py",
+    "tests/transformers/test_generation_defaults.py",
+    "tests/transformers/test_sliding_window_cache.py",
+    "tests/transformers/test_tensor_parallel.py",
+    "tests/transformers/test_optout.py",
+    "tests/trl/test_padding.py",
+    "tests/trl/test_model_loading.py",
+    "tests/diffusers/test_fixes.py",
+    "tests/diffusers/test_tp_plans.py",
+)
+
+
+def lower_bounds() -> dict[str, str]:
+    """``{distribution: oldest declared version}`` from pyproject's dependencies and test extra."""
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = project["dependencies"] + project["optional-dependencies"]["test"]
+    bounds = {}
+    for line in lines:
+        requirement = Requirement(line)
+        if requirement.name not in PINNED:
+            continue
+        lows = [spec.version for spec in requirement.specifier if spec.operator in (">=", "==", "~=")]
+        if len(lows) != 1:
+            raise SystemExit(f"pyproject.toml: {line!r} needs exactly one lower bound (>=) to pin the oldest release")
+        version = lows[0]
+        bounds[requirement.name] = version + ".0" * max(0, 3 - len(version.split(".")))  # 2.13 -> 2.13.0
+    missing = set(PINNED) - set(bounds)
+    if missing:
+        raise SystemExit(f"pyproject.toml declares no range for {sorted(missing)}")
+    return bounds
+
+
+def ensure_env(path: Path, pins: dict[str, str]) -> Path:
+    python = path / "bin" / "python"
+    constraints = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
+    stamp = path / "pins.txt"
+    if python.exists() and stamp.exists() and stamp.read_text() == constraints:
+        return python
+    print(f"installing the oldest declared releases in {path}:\n{constraints}", flush=True)
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True).create(path)
+    (path / "constraints.txt").write_text(constraints)
+    # torch==X from the README's command takes the CPU build this machine keeps on disk.
+    command = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+               f"torch=={pins['torch']}", "-e", f"{ROOT}[test]", "-c", str(path / "constraints.txt")]
+    subprocess.run(command, check=True, cwd=ROOT)
+    stamp.write_text(constraints)
+    return python
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--venv", type=Path, default=ROOT / "out" / "venv-oldest", help="where to build the environment")
+    parser.add_argument("--list", action="store_true", help="print the pins and tests, run nothing")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    args = parser.parse_args(argv)
+    pins = lower_bounds()
+    if args.list:
+        print("\n".join(f"{name}=={version}" for name, version in sorted(pins.items())))
+        print("\n".join(PROMISE_TESTS))
+        return 0
+    python = ensure_env(args.venv, pins)
+    subprocess.run([str(python), "-m", "pip", "list", "--disable-pip-version-check"], check=True,
+                   stdout=open(args.venv / "pip-list.txt", "w"))
+    env = dict(os.environ, PYTHONNOUSERSITE="1")
+    print(f"oldest declared releases: {', '.join(f'{n} {v}' for n, v in sorted(pins.items()))}", flush=True)
+    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *PROMISE_TESTS, *args.pytest_args]
+    return subprocess.run(command, cwd=ROOT, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
