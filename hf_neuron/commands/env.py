@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.metadata as md
 import platform
 import sys
 
@@ -11,10 +10,9 @@ LIBRARIES = ["torch", "transformers", "diffusers", "trl", "peft", "accelerate", 
 
 
 def _version(dist: str) -> str:
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return "not installed"
+    from hf_neuron.versions import installed_version
+
+    return installed_version(dist) or "not installed"
 
 
 def collect() -> dict:

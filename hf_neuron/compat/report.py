@@ -41,9 +41,9 @@ def results_files(directory: Path | None = None) -> list[Path]:
 
         release, _, kind = path.stem.rpartition("-")
         try:
-            newest_first = -Version(release).release[0], tuple(-part for part in Version(release).release)
+            newest_first = tuple(-part for part in Version(release).release)
         except InvalidVersion:
-            newest_first = (0, ())
+            newest_first = ()
         return (order.get(kind, 3), newest_first, path.name)
 
     return sorted((p for p in directory.glob("*.json") if not p.name.startswith(".")), key=key)
