@@ -18,7 +18,7 @@ logger = logging.getLogger("hf_neuron")
 
 DISTRIBUTION = "hf-neuron"
 #: The upstream libraries whose ranges are checked (those the adapters patch or build on).
-CHECKED = ("torch", "transformers", "trl", "diffusers", "peft", "accelerate", "datasets")
+CHECKED = ("torch", "transformers", "diffusers", "trl", "peft", "accelerate", "datasets", "tokenizers")
 
 _warned: set[str] = set()
 

@@ -6,20 +6,19 @@ import importlib
 import platform
 import sys
 
-LIBRARIES = ["torch", "transformers", "diffusers", "trl", "peft", "accelerate", "datasets", "tokenizers"]
+from hf_neuron import fixes
+from hf_neuron.versions import CHECKED as LIBRARIES
+from hf_neuron.versions import installed_version, is_verified, verified_ranges
 
 
 def _version(dist: str) -> str:
-    from hf_neuron.versions import installed_version
-
     return installed_version(dist) or "not installed"
 
 
 def collect() -> dict:
     import torch
 
-    from hf_neuron import __version__, fixes
-    from hf_neuron.versions import is_verified, verified_ranges
+    from hf_neuron import __version__
     from hf_neuron.simulator import is_simulated, real_torch_neuronx_installed
 
     info: dict = {"hf_neuron": __version__, "python": platform.python_version(), "platform": platform.platform()}
@@ -71,7 +70,7 @@ def render(info: dict) -> str:
     lines += [f"  {d}" for d in info["devices"]]
     lines += ["", f"Adapter fixes: {len(info['fixes'])}"]
     for f in info["fixes"]:
-        mark = {"applied": "active  ", "unknown": "UNKNOWN "}.get(f["status"], "inactive")
+        mark = {fixes.APPLIED: "active  ", fixes.UNKNOWN: "UNKNOWN "}.get(f["status"], "inactive")
         lines.append(f"  [{mark}] {f['library']}:{f['name']} - {f['reason']}")
         if f["gap"]:
             lines.append(f"             {f['gap']}")
@@ -83,7 +82,7 @@ def render(info: dict) -> str:
 def problems(info: dict) -> list[str]:
     """What makes ``--check`` fail: undecidable fixes, unverified releases, libraries that fail to import."""
     found = [f"fix {f['library']}:{f['name']} could not be detected: {f['reason']}" for f in info["fixes"]
-             if f["status"] == "unknown"]
+             if f["status"] == fixes.UNKNOWN]
     found += [f"{name} {info['versions'][name]} is outside the verified range {info['verified_ranges'][name]}"
               for name in info["unverified"]]
     found += info.get("errors", [])
