@@ -2,12 +2,13 @@
 
     HF_NEURON_SIMULATOR=1 python benchmarks/diffusers_compile.py [--classes A,B] [--steps 4]
 
-Per family (a tiny transformer of each, ``hf_neuron.diffusers.testing``), from one run: the graphs
+Per family (a tiny transformer of each, ``hf_neuron.testing.tiny_diffusers``), from one run: the graphs
 the neuron backend compiles over the loop (each graph is one neuronx-cc compile on Trainium), the
 FX nodes they hold (what the compiler has to chew through), the wall time of the first step (the
 compile) and the ratios regional / whole. Whole-model compile uses ``fullgraph=False`` (graph breaks
 allowed, as a user would first try); regional uses the recipe's ``fullgraph=True, dynamic=False``.
-Numbers are from the simulator: graph and node counts carry over to Trainium, times do not.
+Numbers are from the simulator: graph and node counts carry over to Trainium, times do not. Node
+counts come from the simulator's graph log (0 without the simulator; graphs are counted either way).
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ DEFAULT_CLASSES = (
 
 
 def _loop(model, spec, device, steps, compile_fn):
-    from hf_neuron.diffusers.compile_check import step_inputs
-    from hf_neuron.simulator import graph_log
+    from hf_neuron.compat.diffusers.compile_check import step_inputs
+    from hf_neuron.testing.graphs import count_graphs
 
     torch._dynamo.reset()
     model = compile_fn(model)
     stats = {}
-    with graph_log.count_graphs() as graphs, torch.no_grad():
+    with count_graphs() as graphs, torch.no_grad():
         start = time.perf_counter()
         model(**step_inputs(spec, 0, device), return_dict=False)
         stats["first_step_s"] = time.perf_counter() - start
@@ -47,7 +48,7 @@ def _loop(model, spec, device, steps, compile_fn):
 
 
 def run(class_name: str, device: str, steps: int) -> dict:
-    from hf_neuron.diffusers.testing import TINY
+    from hf_neuron.testing.tiny_diffusers import TINY
 
     spec = TINY[class_name]
     whole = _loop(spec.build().to(device), spec, device, steps,

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Graphs compiled by greedy generation on Neuron: upstream Transformers vs with hf_neuron, one run.
 
-The workload of issue 3: 8 prompts of 20-140 tokens, ``max_cache_len=256``,
-``prefill_chunk_size=32``, 16 new tokens, on a tiny random Llama ("dense") and a tiny Mistral with
-a 64-token sliding window ("sliding"), batch size 1 (8 calls) and 4 (2 calls). Each configuration
-runs three times in this process, from an empty Dynamo cache:
+The workload of ``hf_neuron.testing.generation_workload``: 8 prompts of 20-140 tokens,
+``max_cache_len=256``, ``prefill_chunk_size=32``, 16 new tokens, on a tiny random Llama ("dense") and
+a tiny Mistral with a 64-token sliding window ("sliding"), batch size 1 (8 calls) and 4 (2 calls).
+Each configuration runs three times in this process, from an empty Dynamo cache:
 
 - ``upstream``: Transformers as released (hf_neuron's fixes switched off in-process, the equivalent
   of ``HF_NEURON_DISABLE=1``) with the whole recipe typed by hand - static cache, cache length,
@@ -35,15 +35,15 @@ os.environ.setdefault("HF_NEURON_SIMULATOR", "1")
 import torch  # noqa: E402
 from transformers import CompileConfig  # noqa: E402
 
-from hf_neuron.simulator import graph_log  # noqa: E402
+from hf_neuron.testing import generation_workload as w  # noqa: E402
+from hf_neuron.testing.graphs import count_graphs  # noqa: E402
 from hf_neuron.transformers import upstream_behaviour  # noqa: E402
-from hf_neuron.transformers import workload as w  # noqa: E402
 
 
 def measure(model, prompts, batch_size, expected, **kwargs):
     torch._dynamo.reset()
     start = time.perf_counter()
-    with graph_log.count_graphs() as graphs:
+    with count_graphs() as graphs:
         tokens = w.generate_batches(model, prompts, batch_size, **kwargs)
     seconds = time.perf_counter() - start
     same = all(torch.equal(a, b) for a, b in zip(tokens, expected))
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
             del model
 
     print()
-    print("upstream (seed recipe) / hf_neuron:")
+    print("upstream (the recipe as announced) / hf_neuron:")
     for kind, batch_size, graph_ratio, time_ratio in summary:
         print(f"  {kind:8} batch {batch_size}: {graph_ratio:.1f}x graphs, {time_ratio:.2f}x wall time")
     return 0

@@ -1,16 +1,22 @@
-"""Wires each library adapter to the import of its library.
+"""Wires each library adapter to the import of its library, only where a neuron device exists.
 
 Each adapter package (``hf_neuron.transformers``, ``hf_neuron.trl``, ``hf_neuron.diffusers``)
 exposes ``activate()``, which registers its fixes and applies them with
-``hf_neuron.fixes.apply_fixes``. ``HF_NEURON_DISABLE=1`` leaves every library untouched.
+``hf_neuron.patching.apply_fixes``.
+
+Like a platform plugin, hf_neuron leaves a process without a neuron device exactly as released:
+no import hook is installed, nothing is patched, nothing is printed. A device is there when the
+simulated one is installed (``HF_NEURON_SIMULATOR``) or, with a real torch-neuronx, when
+``torch.neuron.is_available()`` says so at the library's import. ``HF_NEURON_DISABLE=1`` leaves
+every library untouched even then.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 
-from hf_neuron._import_hooks import when_imported
-from hf_neuron.fixes import adapters_disabled
+from hf_neuron.patching import adapters_disabled, when_imported
 
 ADAPTERS = {
     "transformers": "hf_neuron.transformers",
@@ -21,21 +27,30 @@ ADAPTERS = {
 _installed = False
 
 
+def neuron_device_available() -> bool:
+    """Whether this process has a neuron device (asked only once torch is fully imported)."""
+    torch = sys.modules.get("torch")
+    device_module = getattr(torch, "neuron", None)
+    try:
+        return bool(device_module is not None and device_module.is_available())
+    except Exception:  # a half-initialised device runtime is no device
+        return False
+
+
 def _activate(library: str, adapter_module: str):
     def callback(_library_module) -> None:
+        if not neuron_device_available():
+            return
         from hf_neuron.versions import warn_if_unverified
 
         warn_if_unverified(library)
-        adapter = importlib.import_module(adapter_module)
-        activate = getattr(adapter, "activate", None)
-        if activate is not None:
-            activate()
+        importlib.import_module(adapter_module).activate()
 
     return callback
 
 
 def install() -> None:
-    """Register the post-import hooks (idempotent)."""
+    """Register the post-import hooks (idempotent). Called where a neuron device may exist."""
     global _installed
     if _installed or adapters_disabled():
         return

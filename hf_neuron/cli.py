@@ -23,13 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"hf_neuron.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"hf_neuron.commands.{name}":
-                continue  # subcommand not written yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"hf_neuron.commands.{name}").register(sub)
     return parser
 
 

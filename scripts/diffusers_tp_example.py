@@ -1,4 +1,4 @@
-"""Qwen-Image-2.1 with tensor parallelism on Trainium — the seed recipe, with the model path as argument.
+"""Qwen-Image-2.1 with tensor parallelism on Trainium — the announcement's recipe, with the model path as argument.
 
 On Trainium (8 logical cores per process group here)::
 
@@ -55,7 +55,7 @@ def parse_args(argv=None):
 def make_tiny(out_dir: str, family: str | None) -> None:
     import importlib.util
 
-    from hf_neuron.diffusers.tiny_pipelines import save_tiny_pipeline
+    from hf_neuron.testing.tiny_pipelines import save_tiny_pipeline
 
     if family is None:
         family = "qwenimage21" if importlib.util.find_spec("torchvision") else "qwenimage"

@@ -30,7 +30,8 @@ PINNED = ("torch", "transformers", "trl", "diffusers", "peft", "accelerate", "da
 #: The tests of the fixes and of the README's figures (placement, generation graphs, sliding window,
 #: TP generation, TRL padding and loading, diffusers plans, fix detection).
 PROMISE_TESTS = (
-    "tests/test_fix_registry.py",
+    "tests/patching",
+    "tests/test_adapters.py",
     "tests/test_cli.py::test_env_check_passes_on_the_installed_releases",
     "tests/transformers/test_placement.py",
     "tests/transformers/test_generation_graphs.py",

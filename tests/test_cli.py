@@ -17,7 +17,7 @@ def test_env_reports_simulated_devices_and_fixes(capsys):
 
 def test_env_check_passes_on_the_installed_releases(capsys):
     """Every fix decides on the installed releases, and each release is in its verified range."""
-    from hf_neuron import fixes
+    from hf_neuron import patching as fixes
 
     assert main(["env", "--check"]) == 0, capsys.readouterr().err
     assert fixes.unknown_fixes() == []

@@ -3,6 +3,10 @@
 Runs levels L1-L5 per architecture, each in a worker subprocess with a timeout, writes
 compatibility/results/<transformers version>-<device kind>.json after every architecture, and
 regenerates the table in compatibility/README.md and the coverage chart.
+
+`hf-neuron compat diffusers` runs the diffusers checks instead (tensor parallelism, regional
+compilation, tiny pipelines) and regenerates compatibility/diffusers.md: see
+`hf-neuron compat diffusers --help`.
 """
 
 from __future__ import annotations
@@ -47,6 +51,109 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--keep-workdir", action="store_true", help="keep worker logs and tiny checkpoints (debugging)")
     p.set_defaults(func=handler)
+
+    suites = p.add_subparsers(dest="suite", title="suite",
+                              description="without one: the text-generation sweep above")
+    d = suites.add_parser(
+        "diffusers",
+        help="the diffusers checks (TP plans, regional compilation, pipelines) -> compatibility/diffusers.md",
+        description=DIFFUSERS_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    d.add_argument("--quick", dest="diffusers_quick", action="store_true",
+                   help="a few classes and pipelines and a one-class benchmark (a few minutes), for CI; needs --output")
+    d.add_argument("--output", dest="diffusers_output", type=Path, metavar="PATH",
+                   help="table to write (default compatibility/diffusers.md; --quick must name another file "
+                        "unless you mean to overwrite it)")
+    d.add_argument("--results-dir", dest="diffusers_results", type=Path, metavar="DIR",
+                   help="where each check writes its results (default compatibility/results/diffusers for the "
+                        "default table, else <output stem>-results next to --output)")
+    d.add_argument("--report-only", dest="diffusers_report_only", action="store_true",
+                   help="run nothing: only re-render the table from the results directory")
+    d.add_argument("--timeout", dest="diffusers_timeout", type=float, default=3600.0, metavar="S",
+                   help="seconds per step before it is killed (default: %(default)s)")
+    d.add_argument("--check", dest="diffusers_check", action="store_true",
+                   help="exit with status 1 when any recorded class or pipeline check fails")
+    d.add_argument("--keep-logs", dest="diffusers_keep_logs", action="store_true",
+                   help="keep each step's log (kept anyway when a step fails)")
+    d.set_defaults(func=_diffusers_handler(p))
+
+
+DIFFUSERS_DESCRIPTION = """\
+hf-neuron compat diffusers: regenerate compatibility/diffusers.md from fresh runs.
+
+Runs, each in its own process, with one progress line per step and per class:
+  1. TP=2 == TP=1 on the neuron device (torchrun --standalone --nproc_per_node=2,
+     hf_neuron.compat.diffusers.tp_check)
+  2. the same on CPU with gloo
+  3. regional compilation over a 4-step loop (hf_neuron.compat.diffusers.compile_check)
+  4. tiny pipelines against CPU, eager and compiled (hf_neuron.compat.diffusers.pipeline_check)
+  5. benchmarks/diffusers_compile.py (regional vs whole-model compile; needs a source checkout)
+then writes the table. The neuron steps run on the simulator when no Trainium device is present.
+A failing class is recorded in the table; a step that records nothing (crash, timeout) leaves the
+table unchanged and exits 1.
+
+examples:
+  hf-neuron compat diffusers
+  hf-neuron compat diffusers --quick --output /tmp/diffusers.md
+  hf-neuron compat diffusers --report-only
+"""
+
+# Options of the text-generation sweep, which mean nothing to the diffusers suite.
+_TEXT_GENERATION_OPTIONS = ("all", "arch", "quick", "output", "jobs", "resume", "rerun_failed", "timeout", "levels",
+                            "device", "readme", "no_readme", "report_only", "check", "no_progress", "keep_workdir")
+
+
+def _diffusers_handler(compat_parser):
+    def handler(args) -> int:
+        given = [name for name in _TEXT_GENERATION_OPTIONS if getattr(args, name) != compat_parser.get_default(name)]
+        if given:
+            options = ", ".join("--" + name.replace("_", "-") for name in given)
+            print(f"hf-neuron compat diffusers: error: {options} given before 'diffusers' belong(s) to the "
+                  "text-generation sweep; put the diffusers options after 'diffusers' "
+                  "(see hf-neuron compat diffusers --help)", file=sys.stderr)
+            return 2
+        return diffusers_handler(args)
+
+    return handler
+
+
+def diffusers_handler(args) -> int:
+    from hf_neuron.compat.diffusers import run as diffusers_run
+
+    default_output = diffusers_run.default_output()
+    output = args.diffusers_output or default_output
+    if args.diffusers_quick and args.diffusers_output is None:
+        print(f"hf-neuron compat diffusers: error: --quick writes a partial table: give --output PATH "
+              f"({default_output.name} is written by the full run)", file=sys.stderr)
+        return 2
+    if args.diffusers_timeout <= 0:
+        print("hf-neuron compat diffusers: error: --timeout must be positive", file=sys.stderr)
+        return 2
+    results_dir = args.diffusers_results or diffusers_run.default_results_dir(output)
+    if args.diffusers_report_only:
+        if not results_dir.is_dir():
+            print(f"hf-neuron compat diffusers: error: no results directory {results_dir}", file=sys.stderr)
+            return 2
+        error = diffusers_run.render_table(results_dir, output, quick=args.diffusers_quick)
+        if error:
+            print(f"hf-neuron compat diffusers: error: {error}", file=sys.stderr)
+            return 1
+        print(f"regenerated {output} from {results_dir}")
+        return 0
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    say(f"hf-neuron compat diffusers: {'quick subset' if args.diffusers_quick else 'every check'} -> {output} "
+        f"(results in {results_dir})")
+    status = diffusers_run.run(output, results_dir, quick=args.diffusers_quick, timeout=args.diffusers_timeout,
+                               keep_logs=args.diffusers_keep_logs, say=say)
+    if status != 0:
+        return status
+    failures = diffusers_run.recorded_failures(results_dir)
+    print(f"wrote {output}; {len(failures)} recorded failure(s)" + (f": {', '.join(failures)}" if failures else ""))
+    return 1 if args.diffusers_check and failures else 0
 
 
 def _levels(text: str) -> tuple[str, ...]:

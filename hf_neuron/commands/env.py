@@ -6,7 +6,7 @@ import importlib
 import platform
 import sys
 
-from hf_neuron import fixes
+from hf_neuron import patching
 from hf_neuron.versions import CHECKED as LIBRARIES
 from hf_neuron.versions import installed_version, is_verified, verified_ranges
 
@@ -44,15 +44,24 @@ def collect() -> dict:
             importlib.import_module(library)  # importing runs the adapter (hf_neuron.adapters)
         except Exception as exc:  # a broken library must not hide the rest of the report
             info.setdefault("errors", []).append(f"import {library}: {exc!r}")
-    try:
-        from hf_neuron.transformers import import_fix_targets
+    from hf_neuron.adapters import ADAPTERS, neuron_device_available
 
-        import_fix_targets()  # fixes wait for their module's import; the report wants them all decided
-    except Exception as exc:
-        info.setdefault("errors", []).append(f"transformers fixes: {exc!r}")
+    if neuron_device_available():
+        try:
+            from hf_neuron.transformers import import_fix_targets
+
+            import_fix_targets()  # fixes wait for their module's import; the report wants them all decided
+        except Exception as exc:
+            info.setdefault("errors", []).append(f"transformers fixes: {exc!r}")
+    else:  # list what would be applied; nothing is patched in a process without a neuron device
+        for library, adapter in ADAPTERS.items():
+            importlib.import_module(adapter).register()
+        for f in patching.all_fixes():
+            if not f.decided:
+                patching.set_status(f.name, patching.WAITING, "no neuron device in this process: nothing is patched")
     info["fixes"] = [
         {"name": f.name, "library": f.library, "active": f.active, "status": f.status, "reason": f.reason, "gap": f.gap}
-        for f in fixes.all_fixes()
+        for f in patching.all_fixes()
     ]
     return info
 
@@ -70,7 +79,7 @@ def render(info: dict) -> str:
     lines += [f"  {d}" for d in info["devices"]]
     lines += ["", f"Adapter fixes: {len(info['fixes'])}"]
     for f in info["fixes"]:
-        mark = {fixes.APPLIED: "active  ", fixes.UNKNOWN: "UNKNOWN "}.get(f["status"], "inactive")
+        mark = {patching.APPLIED: "active  ", patching.UNKNOWN: "UNKNOWN "}.get(f["status"], "inactive")
         lines.append(f"  [{mark}] {f['library']}:{f['name']} - {f['reason']}")
         if f["gap"]:
             lines.append(f"             {f['gap']}")
@@ -82,7 +91,7 @@ def render(info: dict) -> str:
 def problems(info: dict) -> list[str]:
     """What makes ``--check`` fail: undecidable fixes, unverified releases, libraries that fail to import."""
     found = [f"fix {f['library']}:{f['name']} could not be detected: {f['reason']}" for f in info["fixes"]
-             if f["status"] == fixes.UNKNOWN]
+             if f["status"] == patching.UNKNOWN]
     found += [f"{name} {info['versions'][name]} is outside the verified range {info['verified_ranges'][name]}"
               for name in info["unverified"]]
     found += info.get("errors", [])

@@ -21,8 +21,10 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from hf_neuron.compat import frames as frames_of
 from hf_neuron.compat import results as R
 from hf_neuron.compat.archs import KIND_MULTIMODAL, KIND_REMOTE_CODE, ArchSpec
+from hf_neuron.testing.graphs import count_graphs
 
 PROMPT_LEN = 10
 NEW_TOKENS = 8
@@ -51,7 +53,7 @@ class LevelFailure(Exception):
 
 def describe_exception(exc: BaseException, stage: str | None = None) -> tuple[str, str | None]:
     """(reason, op) for an exception: the type and first lines of the message; the failing aten op
-    when the message names one, else the innermost frame in transformers / hf_neuron / torch."""
+    when the message names one, else the innermost frame in transformers or hf_neuron (not this harness)."""
     if isinstance(exc, LevelFailure):
         return exc.reason, exc.op
     message = str(exc).strip()
@@ -73,57 +75,18 @@ def describe_exception(exc: BaseException, stage: str | None = None) -> tuple[st
     frames = traceback.extract_tb(exc.__traceback__)
     chosen = None
     for frame in frames:
-        fn = frame.filename.replace("\\", "/")
-        if "/transformers/" in fn or ("/hf_neuron/" in fn and "/hf_neuron/compat/" not in fn):
+        if frames_of.is_library_or_adapter(frame.filename):
             chosen = frame
     if chosen is None and frames:
         chosen = frames[-1]
     if chosen is None:
         return reason, None
-    fn = chosen.filename.replace("\\", "/")
-    for marker in ("/site-packages/", "/work/main/"):
-        if marker in fn:
-            fn = fn.split(marker, 1)[1]
-            break
-    return reason, f"{fn}:{chosen.lineno} in {chosen.name}"
-
-
-class count_graphs:
-    """Graphs compiled inside the ``with`` block: the simulator's graph log when the simulator is
-    active, else Dynamo's own count of unique graphs (any backend, real hardware included).
-    ``count`` is None when neither is available."""
-
-    def __enter__(self):
-        self.count = None
-        self._log_counter = self._ctx = None
-        try:
-            from hf_neuron.simulator import graph_log, is_simulated
-
-            if is_simulated():
-                self._ctx = graph_log.count_graphs()
-                self._log_counter = self._ctx.__enter__()
-        except ImportError:
-            pass
-        if self._ctx is None:
-            from torch._dynamo.utils import counters
-
-            self._start = int(counters["stats"]["unique_graphs"])
-        return self
-
-    def __exit__(self, *exc):
-        if self._ctx is not None:
-            self._ctx.__exit__(*exc)
-            self.count = int(self._log_counter.count)
-        else:
-            from torch._dynamo.utils import counters
-
-            self.count = int(counters["stats"]["unique_graphs"]) - self._start
-        return False
+    return reason, f"{frames_of.short_path(chosen.filename)}:{chosen.lineno} in {chosen.name}"
 
 
 def _neuron_generation_defaults_active() -> bool:
     try:
-        from hf_neuron.fixes import all_fixes
+        from hf_neuron.patching import all_fixes
     except ImportError:
         return False
     return any(f.name == "generate-neuron-defaults" and f.active for f in all_fixes())
@@ -419,16 +382,16 @@ class ArchRun:
             backend = "eager" if self.device.split(":")[0] == "cpu" else "neuron"
             _reset_compiler()
             compiled = torch.compile(self.dev_model, backend=backend, dynamic=False, fullgraph=False)
-            counted = count_graphs()
+            counted = None
             self.stage("compiled training step on device")
             try:
-                with counted:
+                with count_graphs() as counted:
                     loss, grads = self._train_step(self.dev_model, ids, self.device, call=compiled)
             except Exception as exc:
                 reason, op = describe_exception(exc, stage="compiled training step")
                 raise LevelFailure(reason, op) from exc
             finally:
-                graphs = counted.count
+                graphs = counted.count if counted is not None else None
                 self.record["graphs_compiled"]["L4"] = graphs
             details["graphs"] = graphs
             details["compiled"] = self._compare_step("compiled training step", loss, grads, ref_loss, ref_grads)

@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+from hf_neuron.compat.frames import is_model_code, short_path
+
 EOF = object()
 TIMEOUT = object()
 
@@ -212,14 +214,6 @@ def describe_exit(returncode: int | None) -> str:
     return f"worker exited with code {returncode}"
 
 
-def _short(path: str) -> str:
-    path = path.replace("\\", "/")
-    for marker in ("/site-packages/", "/work/main/"):
-        if marker in path:
-            return path.split(marker, 1)[1]
-    return path
-
-
 def innermost_frame(log_text: str) -> str | None:
     """Where the main thread was, from a faulthandler dump: its most recent frame, plus the innermost
     transformers frame (the model code that called it) when that is a different one."""
@@ -233,10 +227,10 @@ def innermost_frame(log_text: str) -> str | None:
     if not frames:
         return None
     path, line, func = frames[0]
-    where = f"{_short(path)}:{line} in {func}"
-    model = next(((p, ln, fn) for p, ln, fn in frames if "/transformers/" in p), None)
+    where = f"{short_path(path)}:{line} in {func}"
+    model = next(((p, ln, fn) for p, ln, fn in frames if is_model_code(p)), None)
     if model is not None and model != frames[0]:
-        where += f" (from {_short(model[0])}:{model[1]} in {model[2]})"
+        where += f" (from {short_path(model[0])}:{model[1]} in {model[2]})"
     return where
 
 

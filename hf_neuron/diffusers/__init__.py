@@ -7,16 +7,15 @@ from diffusers itself: each fix waits for its model module to be imported.
 
 from __future__ import annotations
 
-_activated = False
+
+def register() -> None:
+    """Declare the diffusers fixes (importing their modules imports nothing from diffusers)."""
+    from hf_neuron.diffusers import repeated_blocks, tensor_parallel  # noqa: F401
 
 
 def activate() -> None:
-    global _activated
-    from hf_neuron.fixes import apply_fixes
+    """Declare the diffusers fixes and apply those whose gap exists (idempotent)."""
+    from hf_neuron.patching import apply_fixes
 
-    if not _activated:
-        # Importing these registers their fixes.
-        from hf_neuron.diffusers import repeated_blocks, tensor_parallel  # noqa: F401
-
-        _activated = True
+    register()
     apply_fixes("diffusers")

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from hf_neuron._import_hooks import when_imported
-from hf_neuron.diffusers._plan_registry import TRANSFORMERS_PACKAGE, class_assigns
-from hf_neuron.fixes import fix, mark_closed
+from hf_neuron.diffusers.class_attributes import supply_class_attribute
+from hf_neuron.diffusers.plan_registry import TRANSFORMERS_PACKAGE
 
 logger = logging.getLogger("hf_neuron")
 
@@ -62,36 +61,22 @@ REPEATED_BLOCKS: dict[str, tuple[str, tuple[str, ...]]] = {
 _INSTALLED: dict[str, tuple[str, ...]] = {}
 
 
-def _install(module, class_name: str, blocks: tuple[str, ...]) -> None:
-    fix_name = f"diffusers.repeated_blocks.{class_name}"
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        mark_closed(fix_name, "class not found in its module")
-        return
-    if getattr(cls, "_repeated_blocks", None):
-        if _INSTALLED.get(class_name) is None:
-            mark_closed(fix_name, "upstream sets _repeated_blocks: ours not installed")
-        return
-    cls._repeated_blocks = list(blocks)
-    _INSTALLED[class_name] = tuple(blocks)
+def installed_repeated_blocks() -> dict[str, tuple[str, ...]]:
+    """Classes whose ``_repeated_blocks`` hf_neuron installed, with their block classes."""
+    return dict(_INSTALLED)
 
 
 def _register(class_name: str, module: str, blocks: tuple[str, ...]) -> None:
-    module_path = f"{TRANSFORMERS_PACKAGE}.{module}"
-
-    def detect() -> bool:
-        return class_assigns(module_path, class_name, "_repeated_blocks") is False
-
-    def apply() -> None:
-        when_imported(module_path, lambda mod: _install(mod, class_name, blocks))
-
-    apply.__doc__ = (
+    supply_class_attribute(
+        f"diffusers.repeated_blocks.{class_name}",
+        f"{TRANSFORMERS_PACKAGE}.{module}",
+        class_name,
+        "_repeated_blocks",
+        lambda: list(blocks),
         f"diffusers leaves {class_name}._repeated_blocks empty, so `compile_repeated_blocks` raises; hf_neuron "
-        f"lists its block classes {list(blocks)}.\n\n"
-        f"Detected from the class body (no list assigned) and again on import: installed only while the "
-        f"attribute is empty, so a list upstream ships later wins."
+        f"lists its block classes {list(blocks)}.",
+        lambda _value: _INSTALLED.__setitem__(class_name, tuple(blocks)),
     )
-    fix(f"diffusers.repeated_blocks.{class_name}", "diffusers", detect)(apply)
 
 
 for _name, (_module, _blocks) in REPEATED_BLOCKS.items():

@@ -13,15 +13,17 @@ Three kinds of fix, all in diffusers' own mechanism (``_tp_plan`` + ``apply_tens
 
 from __future__ import annotations
 
-import functools
 import logging
+import sys
+import weakref
 
 import torch
 
-from hf_neuron._import_hooks import when_imported
 from hf_neuron.diffusers import tp_plans  # noqa: F401  (fills PLANS)
-from hf_neuron.diffusers._plan_registry import PLANS, ClassPlan, class_assigns, module_file
-from hf_neuron.fixes import fix, mark_closed
+from hf_neuron.diffusers.class_attributes import supply_class_attribute
+from hf_neuron.diffusers.plan_registry import PLANS, ClassPlan
+from hf_neuron.patching import fix, mark_closed, original, when_imported, wrap
+from hf_neuron.patching.sources import module_path
 
 logger = logging.getLogger("hf_neuron")
 
@@ -30,8 +32,15 @@ TP_HOOKS_MODULE = "diffusers.hooks.tensor_parallel"
 # Attribute names under which attention modules keep head counts that processors split with.
 HEAD_ATTRIBUTES = ("heads", "kv_heads", "num_heads", "num_kv_heads", "n_heads", "n_kv_heads")
 
+SUPPORT_FIX = "diffusers.tp_plan_support"
+ERRORS_FIX = "diffusers.tp_clear_errors"
+
 # id(plan dict installed on a class) -> its ClassPlan. Identity, so an upstream plan is never ours.
 _INSTALLED: dict[int, ClassPlan] = {}
+# Modules of a sharded model already adjusted to their rank's share (sharding twice must not halve again).
+_localized: weakref.WeakSet = weakref.WeakSet()
+_sized: weakref.WeakSet = weakref.WeakSet()
+_rotary_hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def plan_for(model_or_plan) -> ClassPlan | None:
@@ -47,36 +56,21 @@ def installed_classes() -> list[str]:
 # ------------------------------------------------------------------------------ per-class plans
 
 
-def _install_plan(module, class_plan: ClassPlan) -> None:
-    fix_name = f"diffusers.tp_plan.{class_plan.class_name}"
-    cls = getattr(module, class_plan.class_name, None)
-    if cls is None:
-        mark_closed(fix_name, "class not found in its module")
-        return
-    if getattr(cls, "_tp_plan", None) is not None:
-        if plan_for(cls._tp_plan) is None:
-            mark_closed(fix_name, "upstream ships a _tp_plan: ours not installed")
-        return
-    plan = class_plan.build()
-    cls._tp_plan = plan
-    _INSTALLED[id(plan)] = class_plan
-    logger.info("hf_neuron: installed a tensor-parallel plan on %s", class_plan.class_name)
-
-
 def _register_plan_fix(class_plan: ClassPlan) -> None:
-    def detect() -> bool:
-        return class_assigns(class_plan.module_path, class_plan.class_name, "_tp_plan") is False
+    def installed(plan: dict) -> None:
+        _INSTALLED[id(plan)] = class_plan
+        logger.info("hf_neuron: installed a tensor-parallel plan on %s", class_plan.class_name)
 
-    def apply() -> None:
-        when_imported(class_plan.module_path, lambda module: _install_plan(module, class_plan))
-
-    apply.__doc__ = (
+    supply_class_attribute(
+        f"diffusers.tp_plan.{class_plan.class_name}",
+        class_plan.module_path,
+        class_plan.class_name,
+        "_tp_plan",
+        class_plan.build,
         f"diffusers ships {class_plan.class_name} without a `_tp_plan`, so `TensorParallelConfig` cannot shard "
-        f"it; hf_neuron installs one (hf_neuron.diffusers.tp_plans).\n\n"
-        f"Detected from the class body (no plan assigned) and again on import: the plan is set only while "
-        f"`{class_plan.class_name}._tp_plan is None`, so a plan upstream ships later wins."
+        f"it; hf_neuron installs one (hf_neuron.diffusers.tp_plans).",
+        installed,
     )
-    fix(f"diffusers.tp_plan.{class_plan.class_name}", "diffusers", detect)(apply)
 
 
 for _class_plan in PLANS.values():
@@ -157,27 +151,29 @@ def _expand(model: torch.nn.Module, pattern: str) -> dict[str, torch.nn.Module]:
     return found
 
 
+def _indivisible(modules: dict, attributes, tp_degree: int):
+    """``(name, attribute, value)`` for each integer attribute of the named modules the degree does not divide."""
+    for name, module in modules.items():
+        for attr in attributes:
+            value = getattr(module, attr, None)
+            if isinstance(value, int) and value % tp_degree:
+                yield name, attr, value
+
+
 def check_divisible(model: torch.nn.Module, class_plan: ClassPlan, tp_plan: dict, tp_degree: int) -> None:
     """Reject a degree that splits a head or an across-heads norm, before any weight is touched."""
     cls = type(model).__name__
-    for name, module in sharded_attention_modules(model, tp_plan).items():
-        for attr in HEAD_ATTRIBUTES:
-            value = getattr(module, attr, None)
-            if isinstance(value, int) and value % tp_degree:
-                raise ValueError(
-                    f"Cannot shard {cls} across {tp_degree} tensor-parallel ranks: the tensor-parallel degree must "
-                    f"divide the attention head count, and '{name}' has {attr}={value}. Use a degree that divides "
-                    f"{value}."
-                )
+    for name, attr, value in _indivisible(sharded_attention_modules(model, tp_plan), HEAD_ATTRIBUTES, tp_degree):
+        raise ValueError(
+            f"Cannot shard {cls} across {tp_degree} tensor-parallel ranks: the tensor-parallel degree must "
+            f"divide the attention head count, and '{name}' has {attr}={value}. Use a degree that divides {value}."
+        )
     for pattern, attributes in class_plan.local_sizes.items():
-        for name, module in _expand(model, pattern).items():
-            for attr in attributes:
-                value = getattr(module, attr, None)
-                if isinstance(value, int) and value % tp_degree:
-                    raise ValueError(
-                        f"Cannot shard {cls} across {tp_degree} tensor-parallel ranks: '{name}' splits a sharded "
-                        f"tensor into parts of {attr}={value}, which the degree must divide."
-                    )
+        for name, attr, value in _indivisible(_expand(model, pattern), attributes, tp_degree):
+            raise ValueError(
+                f"Cannot shard {cls} across {tp_degree} tensor-parallel ranks: '{name}' splits a sharded "
+                f"tensor into parts of {attr}={value}, which the degree must divide."
+            )
     for pattern in class_plan.across_heads_norms:
         for name, norm in _expand(model, pattern).items():
             weight = getattr(norm, "weight", None)
@@ -268,82 +264,74 @@ def _slice_rotary_output(dim_of, mesh):
 def _shard_rotary(model: torch.nn.Module, class_plan: ClassPlan, mesh) -> None:
     for path, dim_of in class_plan.sharded_rotary.items():
         module = _walk(model, path)
-        if module is None or getattr(module, "_hf_neuron_rotary_hook", None) is not None:
+        if module is None or module in _rotary_hooks:
             continue
-        module._hf_neuron_rotary_hook = module.register_forward_hook(_slice_rotary_output(dim_of, mesh))
+        _rotary_hooks[module] = module.register_forward_hook(_slice_rotary_output(dim_of, mesh))
+
+
+def _divide_once(modules, attributes, tp_degree: int, done: weakref.WeakSet) -> None:
+    """Divide the integer ``attributes`` of each module by ``tp_degree``, once per module."""
+    for module in modules:
+        if module in done:
+            continue
+        for attr in attributes:
+            value = getattr(module, attr, None)
+            if isinstance(value, int):
+                setattr(module, attr, value // tp_degree)
+        done.add(module)
 
 
 def _localize_sizes(model: torch.nn.Module, class_plan: ClassPlan, tp_degree: int) -> None:
     for pattern, attributes in class_plan.local_sizes.items():
-        for module in _expand(model, pattern).values():
-            if getattr(module, "_hf_neuron_local_sizes", None) is not None:
-                continue
-            for attr in attributes:
-                value = getattr(module, attr, None)
-                if isinstance(value, int):
-                    setattr(module, attr, value // tp_degree)
-            module._hf_neuron_local_sizes = tp_degree
+        _divide_once(_expand(model, pattern).values(), attributes, tp_degree, _sized)
 
 
 def _localize_heads(model: torch.nn.Module, tp_plan: dict, tp_degree: int) -> None:
-    for module in sharded_attention_modules(model, tp_plan).values():
-        if getattr(module, "_hf_neuron_tp_degree", None) is not None:
-            continue
-        for attr in HEAD_ATTRIBUTES:
-            value = getattr(module, attr, None)
-            if isinstance(value, int):
-                setattr(module, attr, value // tp_degree)
-        module._hf_neuron_tp_degree = tp_degree
+    _divide_once(sharded_attention_modules(model, tp_plan).values(), HEAD_ATTRIBUTES, tp_degree, _localized)
 
 
 # ---------------------------------------------------------------------------------- the patches
 
 
 def _tp_hooks_module_exists() -> bool:
-    return module_file(TP_HOOKS_MODULE) is not None
+    return module_path(TP_HOOKS_MODULE) is not None
+
+
+def _resolve_tp_plan(original_resolve, model, tp_plan):
+    if plan_for(tp_plan) is not None:
+        return _resolve_ours(model, tp_plan)
+    return original_resolve(model, tp_plan)
+
+
+def _resolve_specs_checking_divisibility(original_specs, model, tp_plan, tp_degree):
+    class_plan = plan_for(tp_plan)
+    if class_plan is not None:
+        check_divisible(model, class_plan, tp_plan, tp_degree)
+    return original_specs(model, tp_plan, tp_degree)
+
+
+def _apply_then_localize(original_apply, model, config, tp_plan, weights_already_sharded=False):
+    original_apply(model, config, tp_plan, weights_already_sharded=weights_already_sharded)
+    class_plan = plan_for(tp_plan)
+    if class_plan is not None:
+        mesh = config._mesh
+        _localize_heads(model, tp_plan, mesh.size())
+        _localize_sizes(model, class_plan, mesh.size())
+        _shard_across_heads_norms(model, class_plan, mesh)
+        _shard_rotary(model, class_plan, mesh)
 
 
 def _patch_support(tp_module) -> None:
-    if getattr(tp_module, "_hf_neuron_support", False):
-        return
-    original_resolve = tp_module._resolve_tp_plan
-    original_specs = tp_module.resolve_tp_shard_specs
-    original_apply = tp_module.apply_tensor_parallel
-
-    @functools.wraps(original_resolve)
-    def _resolve_tp_plan(model, tp_plan):
-        if plan_for(tp_plan) is not None:
-            return _resolve_ours(model, tp_plan)
-        return original_resolve(model, tp_plan)
-
-    @functools.wraps(original_specs)
-    def resolve_tp_shard_specs(model, tp_plan, tp_degree):
-        class_plan = plan_for(tp_plan)
-        if class_plan is not None:
-            check_divisible(model, class_plan, tp_plan, tp_degree)
-        return original_specs(model, tp_plan, tp_degree)
-
-    @functools.wraps(original_apply)
-    def apply_tensor_parallel(model, config, tp_plan, weights_already_sharded=False):
-        original_apply(model, config, tp_plan, weights_already_sharded=weights_already_sharded)
-        class_plan = plan_for(tp_plan)
-        if class_plan is not None:
-            mesh = config._mesh
-            _localize_heads(model, tp_plan, mesh.size())
-            _localize_sizes(model, class_plan, mesh.size())
-            _shard_across_heads_norms(model, class_plan, mesh)
-            _shard_rotary(model, class_plan, mesh)
-
-    tp_module._resolve_tp_plan = _resolve_tp_plan
-    tp_module.resolve_tp_shard_specs = resolve_tp_shard_specs
-    tp_module.apply_tensor_parallel = apply_tensor_parallel
-    hooks_package = __import__("diffusers.hooks", fromlist=["apply_tensor_parallel"])
-    if getattr(hooks_package, "apply_tensor_parallel", None) is original_apply:
-        hooks_package.apply_tensor_parallel = apply_tensor_parallel
-    tp_module._hf_neuron_support = True
+    upstream_apply = original(tp_module, "apply_tensor_parallel")
+    wrap(SUPPORT_FIX, tp_module, "_resolve_tp_plan", _resolve_tp_plan)
+    wrap(SUPPORT_FIX, tp_module, "resolve_tp_shard_specs", _resolve_specs_checking_divisibility)
+    wrap(SUPPORT_FIX, tp_module, "apply_tensor_parallel", _apply_then_localize)
+    hooks_package = sys.modules.get("diffusers.hooks")
+    if hooks_package is not None and original(hooks_package, "apply_tensor_parallel") is upstream_apply:
+        wrap(SUPPORT_FIX, hooks_package, "apply_tensor_parallel", _apply_then_localize)
 
 
-@fix("diffusers.tp_plan_support", "diffusers", _tp_hooks_module_exists)
+@fix(SUPPORT_FIX, "diffusers", _tp_hooks_module_exists)
 def tp_plan_support() -> None:
     """diffusers' TP assumes processors that split heads by head_dim and per-head QK norms; most classes do not.
 
@@ -371,52 +359,46 @@ def _names_class(check, probe: str) -> bool:
     return True
 
 
+def _check_naming_the_class(original_check, model_name, tp_plan, num_heads, tp_config, **kwargs):
+    if tp_plan is None:
+        from hf_neuron.diffusers.unsupported import reason_without_plan
+
+        reason = reason_without_plan(model_name) or "not examined yet"
+        raise ValueError(
+            f"{model_name} cannot be sharded with tensor parallelism: it has no `_tp_plan`, upstream or from "
+            f"hf_neuron ({reason}). Run it without `parallel_config` (replicated on each device), or see "
+            f"compatibility/diffusers.md for the classes that can be sharded."
+        )
+    try:
+        original_check(model_name, tp_plan, num_heads, tp_config, **kwargs)
+    except ValueError as exc:
+        if model_name in str(exc):
+            raise
+        raise ValueError(f"Cannot shard {model_name} with tensor parallelism: {exc}") from None
+
+
+def _specs_naming_the_class(original_specs, model, tp_plan, tp_degree):
+    try:
+        return original_specs(model, tp_plan, tp_degree)
+    except ValueError as exc:
+        name = type(model).__name__
+        if name in str(exc):
+            raise
+        raise ValueError(
+            f"{name}: {exc} The tensor-parallel degree must divide every sharded projection (attention heads "
+            f"x head_dim, FFN width)."
+        ) from None
+
+
 def _patch_errors(tp_module) -> None:
-    if getattr(tp_module, "_hf_neuron_errors", False):
+    if _names_class(original(tp_module, "_check_tp_supported"), "HfNeuronProbeModel"):
+        mark_closed(ERRORS_FIX, "upstream errors already name the class")
         return
-    original_check = tp_module._check_tp_supported
-    if _names_class(original_check, "HfNeuronProbeModel"):
-        mark_closed("diffusers.tp_clear_errors", "upstream errors already name the class")
-        return
-    original_specs = tp_module.resolve_tp_shard_specs
-
-    @functools.wraps(original_check)
-    def _check_tp_supported(model_name, tp_plan, num_heads, tp_config, **kwargs):
-        if tp_plan is None:
-            from hf_neuron.diffusers.unsupported import reason_without_plan
-
-            reason = reason_without_plan(model_name) or "not examined yet"
-            raise ValueError(
-                f"{model_name} cannot be sharded with tensor parallelism: it has no `_tp_plan`, upstream or from "
-                f"hf_neuron ({reason}). Run it without `parallel_config` (replicated on each device), or see "
-                f"compatibility/diffusers.md for the classes that can be sharded."
-            )
-        try:
-            original_check(model_name, tp_plan, num_heads, tp_config, **kwargs)
-        except ValueError as exc:
-            if model_name in str(exc):
-                raise
-            raise ValueError(f"Cannot shard {model_name} with tensor parallelism: {exc}") from None
-
-    @functools.wraps(original_specs)
-    def resolve_tp_shard_specs(model, tp_plan, tp_degree):
-        try:
-            return original_specs(model, tp_plan, tp_degree)
-        except ValueError as exc:
-            name = type(model).__name__
-            if name in str(exc):
-                raise
-            raise ValueError(
-                f"{name}: {exc} The tensor-parallel degree must divide every sharded projection (attention heads "
-                f"x head_dim, FFN width)."
-            ) from None
-
-    tp_module._check_tp_supported = _check_tp_supported
-    tp_module.resolve_tp_shard_specs = resolve_tp_shard_specs
-    tp_module._hf_neuron_errors = True
+    wrap(ERRORS_FIX, tp_module, "_check_tp_supported", _check_naming_the_class)
+    wrap(ERRORS_FIX, tp_module, "resolve_tp_shard_specs", _specs_naming_the_class)
 
 
-@fix("diffusers.tp_clear_errors", "diffusers", _tp_hooks_module_exists)
+@fix(ERRORS_FIX, "diffusers", _tp_hooks_module_exists)
 def tp_clear_errors() -> None:
     """diffusers' TP rejections (heads, FFN width, device_map, no plan) do not name the class; re-raise naming it.
 

@@ -20,7 +20,7 @@ Plans are installed only on classes whose upstream ``_tp_plan`` is None: an upst
 
 from __future__ import annotations
 
-from hf_neuron.diffusers._plan_registry import tp_plan
+from hf_neuron.diffusers.plan_registry import tp_plan
 
 
 def _packed_col(*blocks: int):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
 import os
 import sys
 import threading
@@ -38,18 +37,20 @@ def is_simulated() -> bool:
     return _active
 
 
-def autoload() -> None:
-    """Called at ``import torch``: install when HF_NEURON_SIMULATOR asks for it."""
+def autoload() -> bool:
+    """Called at ``import torch``: install when HF_NEURON_SIMULATOR asks for it. True when active."""
     mode = _requested()
     if mode in ("", "0", "false", "no", "off"):
-        return
-    install(force=mode == "force")
+        return False
+    return install(force=mode == "force")
 
 
 def install(force: bool = False) -> bool:
     """Install the simulated device in this process. Returns True when the simulator is active.
 
-    Where a real torch-neuronx is installed, this does nothing unless ``force`` is set.
+    Where a real torch-neuronx is installed, this does nothing unless ``force`` is set. Installing
+    the device also wires the library adapters (``hf_neuron.adapters``): the process now has a
+    neuron device.
     Call it before the first ``backward()`` of the process: autograd sizes its per-device queues at
     the first backward. ``HF_NEURON_SIMULATOR=1`` installs at ``import torch``, which is always early enough.
     """
@@ -63,4 +64,7 @@ def install(force: bool = False) -> bool:
 
         device.install()
         _active = True
-        return True
+    from hf_neuron import adapters
+
+    adapters.install()
+    return True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 
 import torch
@@ -74,11 +73,9 @@ def _quiet_tensor_printing(C) -> None:
     """Printing a tensor formats it through float64; on neuron that must not warn (or raise in strict mode)."""
     import torch._tensor_str as tensor_str
 
-    original = tensor_str._str
-    if getattr(original, "_hf_neuron_wrapped", False):
-        return
+    from hf_neuron.patching import wrap
 
-    def _str(self, *, tensor_contents=None):
+    def _str(original, self, *, tensor_contents=None):
         if self.device.type != "neuron":
             return original(self, tensor_contents=tensor_contents)
         C.set_quiet(True)
@@ -87,39 +84,32 @@ def _quiet_tensor_printing(C) -> None:
         finally:
             C.set_quiet(False)
 
-    _str._hf_neuron_wrapped = True
-    tensor_str._str = _str
+    wrap("simulator.quiet_tensor_printing", tensor_str, "_str", _str)
 
 
 def _warn_runs_on_cpu(feature: str) -> None:
     warnings.warn(
         f"{feature} has no Neuron kernels: on Trainium it runs on the CPU. The simulator runs it as usual.",
-        stacklevel=3,
+        stacklevel=4,  # the caller of the patched function
     )
 
 
 def _install_cpu_only_warnings() -> None:
     """Warn once where TorchNeuron has no kernels (forward-mode AD, nested tensors) for neuron inputs."""
-    import functools
-
     import torch.autograd.forward_ad as fwad
+
+    from hf_neuron.patching import wrap as patch
 
     warned: set[str] = set()
 
     def wrap(owner, attr: str, feature: str, is_neuron):
-        original = getattr(owner, attr)
-        if getattr(original, "_hf_neuron_wrapped", False):
-            return
-
-        @functools.wraps(original)
-        def wrapper(*args, **kwargs):
+        def warn_first(original, *args, **kwargs):
             if feature not in warned and is_neuron(*args, **kwargs):
                 warned.add(feature)
                 _warn_runs_on_cpu(feature)
             return original(*args, **kwargs)
 
-        wrapper._hf_neuron_wrapped = True
-        setattr(owner, attr, wrapper)
+        patch("simulator.cpu_only_warnings", owner, attr, warn_first)
 
     def first_tensor_on_neuron(tensor, *a, **k):
         return isinstance(tensor, torch.Tensor) and tensor.device.type == "neuron"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-from hf_neuron.transformers._patching import upstream_behaviour
+from hf_neuron.patching import upstream_behaviour
 from hf_neuron.transformers.generation import (
     DEFAULT_MAX_CACHE_LEN,
     DEFAULT_PREFILL_CHUNK_SIZE,
@@ -28,31 +28,26 @@ from hf_neuron.transformers.tokenization import generation_padding_kwargs, token
 FIX_MODULES = ("generation", "cache", "placement", "loading", "tensor_parallel")
 
 
+def register() -> None:
+    """Declare the Transformers fixes (importing their modules imports no Transformers submodule)."""
+    for name in FIX_MODULES:
+        importlib.import_module(f"{__name__}.{name}")
+
+
 def activate() -> None:
     """Register the Transformers fixes and apply those whose target module is imported (idempotent)."""
-    from hf_neuron.transformers import _registry
+    from hf_neuron.patching import apply_fixes
 
-    for name in FIX_MODULES:
-        try:
-            importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-    _registry.apply_pending()
+    register()
+    apply_fixes("transformers")
 
 
 def import_fix_targets() -> None:
-    """Import every Transformers submodule a fix patches, so that all fixes are detected and applied.
-
-    Fixes otherwise wait for their module's import (keeping ``import transformers`` cheap); tools
-    that report the fixes (``hf-neuron env``) call this first.
-    """
-    from hf_neuron.transformers import _registry
+    """Import every Transformers submodule a fix changes, so that all fixes are decided and applied."""
+    from hf_neuron.patching import import_targets
 
     activate()
-    for module in sorted(set(_registry._waits_for.values())):
-        importlib.import_module(module)
-    _registry.apply_pending()
+    import_targets("transformers")
 
 
 __all__ = [
@@ -61,6 +56,7 @@ __all__ = [
     "activate",
     "generation_padding_kwargs",
     "import_fix_targets",
+    "register",
     "resolve_prefill_chunk_size",
     "tokenize_chats",
     "tokenize_prompts",

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_neuron.transformers._patching import replace, wrap
-from hf_neuron.transformers._registry import transformers_fix
+from hf_neuron.patching import fix, replace, wrap
 
 FIX_NAME = "static-sliding-window-cache"
 
@@ -92,7 +91,7 @@ def _set_length_int(self, value: int) -> None:
         self.cumulative_length.fill_(int(value))
 
 
-@transformers_fix(FIX_NAME, "transformers.cache_utils", detect=_upstream_tracks_python_int)
+@fix(FIX_NAME, "transformers", _upstream_tracks_python_int, waits_for="transformers.cache_utils")
 def patch_static_sliding_window_layer() -> None:
     """Sliding-window static cache layers recompile at every decode step under torch.compile.
 

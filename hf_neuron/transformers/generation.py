@@ -28,8 +28,7 @@ import logging
 
 import torch
 
-from hf_neuron.transformers._patching import wrap
-from hf_neuron.transformers._registry import transformers_fix
+from hf_neuron.patching import fix, wrap
 
 logger = logging.getLogger("hf_neuron")
 
@@ -139,7 +138,7 @@ def _chunk_inputs_keep_parent_strides() -> bool:
     return inputs["position_ids"].stride() != _dense_strides(chunk.shape)
 
 
-@transformers_fix(STRIDES_FIX, GENERATION_MODULE, detect=_chunk_inputs_keep_parent_strides)
+@fix(STRIDES_FIX, "transformers", _chunk_inputs_keep_parent_strides, waits_for=GENERATION_MODULE)
 def patch_prefill_chunk_strides() -> None:
     """Each prefill chunk has different input strides, so Dynamo compiles one graph per prompt length.
 
@@ -193,7 +192,7 @@ def _sdpa_skips_static_prefill_mask() -> bool:
     return mask is None
 
 
-@transformers_fix(MASK_FIX, GENERATION_MODULE, detect=_sdpa_skips_static_prefill_mask)
+@fix(MASK_FIX, "transformers", _sdpa_skips_static_prefill_mask, waits_for=GENERATION_MODULE)
 def patch_compiled_prefill_mask() -> None:
     """A compiled chunked prefill gets a mask tensor for some chunks and ``None`` for others.
 
@@ -247,7 +246,7 @@ def _prefill_runs_grouped_experts() -> bool:
     )
 
 
-@transformers_fix(MOE_FIX, GENERATION_MODULE, detect=_prefill_runs_grouped_experts)
+@fix(MOE_FIX, "transformers", _prefill_runs_grouped_experts, waits_for=GENERATION_MODULE)
 def patch_moe_batched_experts_prefill() -> None:
     """A compiled chunked prefill of a mixture-of-experts model fails on Neuron.
 
@@ -370,7 +369,7 @@ def _generate_leaves_last_chunk_short() -> bool:
     return chunk_lengths[-1] != chunk_lengths[0]
 
 
-@transformers_fix(PAD_FIX, GENERATION_MODULE, detect=_generate_leaves_last_chunk_short)
+@fix(PAD_FIX, "transformers", _generate_leaves_last_chunk_short, waits_for=GENERATION_MODULE)
 def patch_pad_prompt_to_chunk() -> None:
     """A prompt whose length is not a multiple of ``prefill_chunk_size`` compiles one more graph.
 
@@ -437,7 +436,7 @@ def _cache_grows_past_max_cache_len() -> bool:
     return generation_cache(model_kwargs).get_max_length() > 4
 
 
-@transformers_fix(FIT_FIX, GENERATION_MODULE, detect=_cache_grows_past_max_cache_len)
+@fix(FIT_FIX, "transformers", _cache_grows_past_max_cache_len, waits_for=GENERATION_MODULE)
 def patch_max_cache_len_check() -> None:
     """A prompt that does not fit ``max_cache_len`` silently grows the static cache (and recompiles).
 
@@ -535,7 +534,7 @@ def _no_neuron_generation_defaults() -> bool:
     return generation_config.cache_implementation is None or generation_config.prefill_chunk_size is None
 
 
-@transformers_fix(DEFAULTS_FIX, GENERATION_MODULE, detect=_no_neuron_generation_defaults)
+@fix(DEFAULTS_FIX, "transformers", _no_neuron_generation_defaults, waits_for=GENERATION_MODULE)
 def patch_neuron_generation_defaults() -> None:
     """Generation on Neuron needs a hand-typed recipe to compile at all (static cache, chunking, backend).
 

@@ -14,8 +14,7 @@ import os
 
 import torch
 
-from hf_neuron.transformers._patching import wrap
-from hf_neuron.transformers._registry import transformers_fix
+from hf_neuron.patching import fix, wrap
 
 FIX_NAME = "async-load-off-on-neuron"
 ENV = "HF_DEACTIVATE_ASYNC_LOAD"
@@ -66,7 +65,7 @@ def _loads_with_threads() -> bool:
     )
 
 
-@transformers_fix(FIX_NAME, "transformers.modeling_utils", detect=_loads_with_threads)
+@fix(FIX_NAME, "transformers", _loads_with_threads, waits_for="transformers.modeling_utils")
 def patch_async_loading() -> None:
     """Weights are loaded by a thread pool, which TorchNeuron does not support.
 

@@ -18,19 +18,10 @@ import os
 
 import torch
 
-from hf_neuron.transformers._patching import wrap
-from hf_neuron.transformers._registry import transformers_fix
+from hf_neuron.patching import fix, wrap
 
 DEVICE_MAP_FIX = "device-map-neuron"
 MAX_MEMORY_FIX = "device-map-auto-neuron-memory"
-
-NO_NEURON_DEVICE_MESSAGE = (
-    "device_map={device_map!r} asks for a Neuron device, but this process has none. On AWS Trainium, "
-    "install TorchNeuron (`pip install torch-neuronx`, matching your torch version) so that the 'neuron' "
-    "device exists; to try the code without Trainium, set HF_NEURON_SIMULATOR=1 (simulated neuron device "
-    "backed by CPU)."
-)
-
 
 def neuron_device_count() -> int:
     module = getattr(torch, "neuron", None)
@@ -61,8 +52,6 @@ def _resolve(value, device_map):
     if not _mentions_neuron(value):
         return value
     count = neuron_device_count()
-    if count == 0:
-        raise ValueError(NO_NEURON_DEVICE_MESSAGE.format(device_map=device_map))
     device = torch.device(value) if isinstance(value, str) else value
     if device.index is None:
         index = default_neuron_index()
@@ -89,26 +78,19 @@ def _check_and_set_neuron_device_map(original, device_map, *args, **kwargs):
 def _neuron_device_map_unresolved() -> bool:
     from transformers.integrations.accelerate import check_and_set_device_map
 
-    if neuron_device_count() == 0:
-        try:
-            check_and_set_device_map("neuron")
-        except ValueError as exc:
-            return "torch-neuronx" not in str(exc)  # upstream's error does not say how to get a device
-        return True
     result = check_and_set_device_map("neuron")
     return not isinstance(result, dict) or torch.device(result[""]).index is None
 
 
-@transformers_fix(DEVICE_MAP_FIX, "transformers.modeling_utils", detect=_neuron_device_map_unresolved)
+@fix(DEVICE_MAP_FIX, "transformers", _neuron_device_map_unresolved, waits_for="transformers.modeling_utils")
 def patch_neuron_device_map() -> None:
-    """``device_map="neuron"`` is not pinned to this process's device (or fails without TorchNeuron).
+    """``device_map="neuron"`` is not pinned to this process's device.
 
     Gap: ``check_and_set_device_map`` pins ``"cuda"`` to ``cuda:LOCAL_RANK`` but turns ``"neuron"``
     into an unindexed ``torch.device("neuron")``, which follows the device current in the async
-    loading threads; without a neuron device it fails with a generic "needs to be a device name"
-    error. Detected by resolving ``"neuron"`` with the upstream function. Patch: unindexed neuron
-    entries (string, device, dict value, device context) become ``neuron:LOCAL_RANK`` (else the
-    caller's current device); without a neuron device a ValueError says how to get one.
+    loading threads. Detected by resolving ``"neuron"`` with the upstream function. Patch: unindexed
+    neuron entries (string, device, dict value, device context) become ``neuron:LOCAL_RANK`` (else
+    the caller's current device).
     """
     import transformers.integrations.accelerate as hf_accelerate
     import transformers.modeling_utils as modeling_utils
@@ -175,7 +157,7 @@ def _auto_map_ignores_neuron() -> bool:
     return not any(isinstance(key, int) for key in hf_accelerate.accelerate_max_memory())
 
 
-@transformers_fix(MAX_MEMORY_FIX, "transformers.modeling_utils", detect=_auto_map_ignores_neuron)
+@fix(MAX_MEMORY_FIX, "transformers", _auto_map_ignores_neuron, waits_for="transformers.modeling_utils")
 def patch_auto_device_map_memory() -> None:
     """``device_map="auto"`` (and "balanced", "sequential") silently loads the whole model on CPU.
 

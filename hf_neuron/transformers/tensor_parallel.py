@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_neuron.transformers._patching import replace, wrap
-from hf_neuron.transformers._registry import transformers_fix
+from hf_neuron.patching import fix, replace, wrap
 
 MASK_FIX = "dtensor-embedding-mask-without-index-put"
 PLAN_FIX = "tp-plan-constraints"
@@ -58,7 +57,7 @@ def _masks_use_boolean_index_put() -> bool:
     )
 
 
-@transformers_fix(MASK_FIX, "transformers.distributed.tensor_parallel", detect=_masks_use_boolean_index_put)
+@fix(MASK_FIX, "transformers", _masks_use_boolean_index_put, waits_for="transformers.distributed.tensor_parallel")
 def patch_dtensor_embedding_masks() -> None:
     """Vocabulary-parallel embeddings do not compile on Neuron (boolean-mask ``index_put``).
 
@@ -131,7 +130,7 @@ def _plans_accept_uneven_heads() -> bool:
     return True
 
 
-@transformers_fix(PLAN_FIX, "transformers.distributed.mixin", detect=_plans_accept_uneven_heads)
+@fix(PLAN_FIX, "transformers", _plans_accept_uneven_heads, waits_for="transformers.distributed.mixin")
 def patch_tp_plan_constraints() -> None:
     """A head count that ``tp_size`` does not divide fails late with an unrelated shape error.
 

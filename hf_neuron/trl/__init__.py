@@ -20,20 +20,15 @@ Explicit user values always win over these defaults.
 
 from __future__ import annotations
 
-_registered = False
 
-
-def _register() -> None:
-    global _registered
-    if not _registered:
-        # Importing these registers their fixes.
-        from hf_neuron.trl import checkpoints, model_loading, padding, training  # noqa: F401
-
-        _registered = True
+def register() -> None:
+    """Declare the TRL fixes (importing their modules imports nothing from TRL)."""
+    from hf_neuron.trl import checkpoints, model_loading, padding, training  # noqa: F401
 
 
 def activate() -> None:
-    from hf_neuron.fixes import apply_fixes
+    """Declare the TRL fixes and apply those whose gap exists (idempotent)."""
+    from hf_neuron.patching import apply_fixes
 
-    _register()
+    register()
     apply_fixes("trl")

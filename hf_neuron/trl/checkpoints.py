@@ -15,8 +15,9 @@ import logging
 import os
 import shutil
 
-from hf_neuron.fixes import fix, mark_closed
-from hf_neuron.trl._common import BASE_TRAINER_MODULE, mark_patched, module_ast, when_ready
+from hf_neuron.patching import fix, mark_closed, when_imported, wrap
+from hf_neuron.patching.sources import module_path
+from hf_neuron.trl._common import BASE_TRAINER_MODULE
 
 logger = logging.getLogger("hf_neuron")
 
@@ -98,28 +99,27 @@ def trainer_saves_in_place() -> bool:
     return "os.replace" not in source and "os.rename" not in source
 
 
+def _save_checkpoint(inherited, self, model, trial):
+    if getattr(self.args, "push_to_hub", False):
+        # Hub pushes read the checkpoint folder by name while it is written: keep upstream's path.
+        return inherited(self, model, trial)
+    save_checkpoint_atomically(self, lambda m, t: inherited(self, m, t), model, trial)
+
+
 def _patch_base_trainer(module) -> None:
     cls = getattr(module, "_BaseTrainer", None)
-    if cls is None or getattr(cls.__dict__.get("_save_checkpoint"), "__hf_neuron_patched__", False):
+    if cls is None:
         return
     if not trainer_saves_in_place():
         mark_closed(FIX_NAME, "upstream Trainer already publishes checkpoints atomically")
         return
-    inherited = cls._save_checkpoint  # transformers.Trainer's
-
-    def _save_checkpoint(self, model, trial):
-        if getattr(self.args, "push_to_hub", False):
-            # Hub pushes read the checkpoint folder by name while it is written: keep upstream's path.
-            return inherited(self, model, trial)
-        save_checkpoint_atomically(self, lambda m, t: inherited(self, m, t), model, trial)
-
-    cls._save_checkpoint = mark_patched(_save_checkpoint, inherited)
+    wrap(FIX_NAME, cls, "_save_checkpoint", _save_checkpoint)
 
 
 def _gap() -> bool:
     # Confirmed from the Trainer's source when TRL's base trainer is imported (importing transformers
     # here, possibly in the middle of `import torch`, is not safe); present until then.
-    return module_ast(BASE_TRAINER_MODULE) is not None
+    return module_path(BASE_TRAINER_MODULE) is not None
 
 
 @fix(FIX_NAME, "trl", _gap)
@@ -131,4 +131,4 @@ def install_atomic_checkpoints() -> None:
     Detected when TRL's base trainer is imported, from `Trainer._save_checkpoint`: it neither renames nor
     replaces the folder it writes.
     """
-    when_ready(BASE_TRAINER_MODULE, _patch_base_trainer)
+    when_imported(BASE_TRAINER_MODULE, _patch_base_trainer)

@@ -11,7 +11,7 @@ The fix ``trl.neuron_device_map`` sets, where the user left it unset, the proces
 (``neuron:LOCAL_RANK``, where the Trainer trains), or ``None`` when the ``distributed_config``
 shards the model at load time (transformers then puts each shard on the process's device). The
 wrapper runs a list of kwarg adjusters, so another Neuron default for this loading path is one
-more adjuster, not a second wrapper.
+more wrapper of the same function.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import logging
 import os
 import sys
 
-from hf_neuron.fixes import fix
-from hf_neuron.trl._common import TRAINER_MODULES, UTILS_MODULE, function_source_mentions, mark_patched, when_ready
+from hf_neuron.patching import fix, original, when_imported, wrap
+from hf_neuron.patching.sources import function_mentions
+from hf_neuron.trl._common import TRAINER_MODULES, UTILS_MODULE
 
 logger = logging.getLogger("hf_neuron")
 
-_original = None
-# name -> adjust(model_id, args, kwargs) run in registration order before TRL's create_model_from_path.
-_adjusters: dict[str, object] = {}
+FIX_NAME = "trl.neuron_device_map"
+FUNCTION = "create_model_from_path"
 _logged: set[str] = set()
 
 
@@ -83,73 +83,58 @@ def neuron_device_map(kwargs: dict):
     return training_device()
 
 
-# --- the wrapper ----------------------------------------------------------------------------------
+# --- where TRL's trainers find create_model_from_path -------------------------------------------
 
 
-def _wrap(original):
-    def create_model_from_path(model_id, *args, **kwargs):
-        for adjust in list(_adjusters.values()):
-            adjust(model_id, args, kwargs)
-        return original(model_id, *args, **kwargs)
+def _wrap_everywhere(fix_name: str, wrapper) -> None:
+    """Wrap ``trl.trainer.utils.create_model_from_path`` and every trainer module's own reference to it.
 
-    return mark_patched(create_model_from_path, original)
+    Trainer modules import the function by name: one imported before the patch holds the upstream
+    function, so it is wrapped too; one imported after already holds the wrapped one.
+    """
 
+    def patch_utils(utils) -> None:
+        if hasattr(utils, FUNCTION):
+            wrap(fix_name, utils, FUNCTION, wrapper)
 
-def _patch_utils(module) -> None:
-    global _original
-    current = getattr(module, "create_model_from_path", None)
-    if current is None or getattr(current, "__hf_neuron_patched__", False):
-        return
-    _original = current
-    patched = _wrap(current)
-    module.create_model_from_path = patched
-    # Trainer modules imported before us hold their own reference to the original.
+    def patch_trainer_module(module) -> None:
+        utils = sys.modules.get(UTILS_MODULE)
+        upstream = original(utils, FUNCTION) if utils is not None else None
+        if upstream is not None and getattr(module, FUNCTION, None) is upstream:
+            wrap(fix_name, module, FUNCTION, wrapper)
+
+    when_imported(UTILS_MODULE, patch_utils)
     for name in TRAINER_MODULES:
-        trainer_module = sys.modules.get(name)
-        if trainer_module is not None and getattr(trainer_module, "create_model_from_path", None) is current:
-            trainer_module.create_model_from_path = patched
-
-
-def _rebind_trainer_module(module) -> None:
-    utils = sys.modules.get(UTILS_MODULE)
-    patched = getattr(utils, "create_model_from_path", None)
-    if (
-        patched is not None
-        and getattr(patched, "__hf_neuron_patched__", False)
-        and getattr(module, "create_model_from_path", None) is _original
-    ):
-        module.create_model_from_path = patched
-
-
-def _install(name: str, adjust) -> None:
-    _adjusters[name] = adjust
-    when_ready(UTILS_MODULE, _patch_utils)
-    for module in TRAINER_MODULES:
-        when_ready(module, _rebind_trainer_module)
+        when_imported(name, patch_trainer_module)
 
 
 # --- trl.neuron_device_map ------------------------------------------------------------------------
 
 
-def adjust_device_map(model_id, args, kwargs) -> None:
-    if "device_map" in kwargs or training_device().type != "neuron":
-        return
-    kwargs["device_map"] = neuron_device_map(kwargs)
+def create_model_on_neuron(original_create, model_id, *args, **kwargs):
+    """TRL's ``create_model_from_path`` with the Neuron ``device_map`` default."""
+    if "device_map" not in kwargs and training_device().type == "neuron":
+        kwargs["device_map"] = neuron_device_map(kwargs)
+        _log_device_map(model_id, kwargs["device_map"])
+    return original_create(model_id, *args, **kwargs)
+
+
+def _log_device_map(model_id, device_map) -> None:
     _log_once(
         "device_map",
         "hf_neuron: loading %s with device_map=%s (Neuron default; set device_map in model_init_kwargs to "
         "change it).",
         model_id,
-        kwargs["device_map"],
+        device_map,
     )
 
 
 def _device_map_gap() -> bool:
     # Upstream closes the gap once create_model_from_path knows about Neuron.
-    return function_source_mentions(UTILS_MODULE, "create_model_from_path", "neuron") is False
+    return function_mentions(UTILS_MODULE, FUNCTION, "neuron") is False
 
 
-@fix("trl.neuron_device_map", "trl", _device_map_gap)
+@fix(FIX_NAME, "trl", _device_map_gap)
 def install_neuron_device_map() -> None:
     """TRL's `create_model_from_path` defaults to `device_map="auto"` on Neuron, which loads the weights
     on the host before moving them, and with `DistributedConfig(tp_size>1)` makes transformers refuse to
@@ -158,4 +143,4 @@ def install_neuron_device_map() -> None:
 
     Detected from the source of `trl.trainer.utils.create_model_from_path`: it does not mention Neuron.
     """
-    _install("device_map", adjust_device_map)
+    _wrap_everywhere(FIX_NAME, create_model_on_neuron)

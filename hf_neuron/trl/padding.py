@@ -22,18 +22,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from hf_neuron.fixes import fix
-from hf_neuron.trl._common import (
-    CONFIG_CLASSES,
-    class_field_default,
-    device_type_of,
-    mark_patched,
-    set_parameter_default,
-    when_ready,
-)
+from hf_neuron.patching import fix, replace, when_imported, wrap
+from hf_neuron.patching.sources import class_field_default
+from hf_neuron.trl._common import CONFIG_CLASSES, device_type_of
 
 logger = logging.getLogger("hf_neuron")
 
+AUTO_FIX = "trl.pad_to_multiple_of_auto"
+PACKED_FIX = "trl.pad_packed_to_max_length"
 FIELD = "pad_to_multiple_of"
 AUTO = "auto"
 NEURON_PAD_MULTIPLE = 128
@@ -66,10 +62,40 @@ def _needs_auto_backport(cls) -> bool:
     return FIELD in fields and fields[FIELD].default != AUTO
 
 
+def _set_parameter_default(function, name: str, value) -> None:
+    """Give parameter ``name`` of the plain Python ``function`` the default ``value``."""
+    kwdefaults = function.__kwdefaults__
+    if kwdefaults and name in kwdefaults:
+        replace(AUTO_FIX, kwdefaults, name, value, mapping=True)
+        return
+    code = function.__code__
+    positional = code.co_varnames[: code.co_argcount]
+    defaults = function.__defaults__ or ()
+    index = positional.index(name) - (len(positional) - len(defaults)) if name in positional else -1
+    if index >= 0:
+        replace(AUTO_FIX, function, "__defaults__", defaults[:index] + (value,) + defaults[index + 1 :])
+
+
+def _resolve_auto(original, self):
+    original(self)
+    value = getattr(self, FIELD, None)
+    if isinstance(value, str):
+        device_type = device_type_of(self) if value == AUTO else None
+        setattr(self, FIELD, resolve_pad_to_multiple_of(value, device_type))
+        if value == AUTO and device_type == "neuron":
+            _log_once(
+                f"auto:{type(self).__name__}",
+                "hf_neuron: %s.pad_to_multiple_of='auto' -> %d on Neuron (one compile per 128 tokens of "
+                "batch length); set it explicitly to change this.",
+                type(self).__name__,
+                NEURON_PAD_MULTIPLE,
+            )
+
+
 def backport_auto_padding(cls) -> bool:
     """Give ``cls.pad_to_multiple_of`` TRL 1.16's "auto" default and its resolution. Idempotent.
 
-    Returns True when ``cls`` was changed (False: field absent, already "auto", or already patched).
+    Returns True when ``cls`` was changed (False: field absent or already "auto").
     """
     if not dataclasses.is_dataclass(cls) or not _needs_auto_backport(cls):
         return False
@@ -77,32 +103,12 @@ def backport_auto_padding(cls) -> bool:
     field = owner.__dataclass_fields__[FIELD]
     # The command line gets a string ("auto", "64", "none"), exactly as on TRL 1.16: HfArgumentParser
     # parses `int | str | None` as str.
-    field.default = AUTO
-    field.type = int | str | None
-    owner.__annotations__[FIELD] = int | str | None
+    replace(AUTO_FIX, field, "default", AUTO)
+    replace(AUTO_FIX, field, "type", int | str | None)
+    replace(AUTO_FIX, owner.__annotations__, FIELD, int | str | None, mapping=True)
     for klass in {cls, owner}:
-        set_parameter_default(klass.__init__, FIELD, AUTO)
-
-    original = cls.__post_init__
-
-    def __post_init__(self):
-        original(self)
-        value = getattr(self, FIELD, None)
-        if isinstance(value, str):
-            device_type = device_type_of(self) if value == AUTO else None
-            setattr(self, FIELD, resolve_pad_to_multiple_of(value, device_type))
-            if value == AUTO and device_type == "neuron":
-                _log_once(
-                    f"auto:{type(self).__name__}",
-                    "hf_neuron: %s.pad_to_multiple_of='auto' -> %d on Neuron (one compile per 128 tokens of "
-                    "batch length); set it explicitly to change this.",
-                    type(self).__name__,
-                    NEURON_PAD_MULTIPLE,
-                )
-
-    wrapper = mark_patched(__post_init__, original)
-    wrapper._hf_neuron_fix = "auto"
-    cls.__post_init__ = wrapper
+        _set_parameter_default(klass.__init__, FIELD, AUTO)
+    wrap(AUTO_FIX, cls, "__post_init__", _resolve_auto)
     return True
 
 
@@ -121,7 +127,7 @@ def _auto_padding_gap() -> bool:
     )
 
 
-@fix("trl.pad_to_multiple_of_auto", "trl", _auto_padding_gap)
+@fix(AUTO_FIX, "trl", _auto_padding_gap)
 def install_auto_padding() -> None:
     """TRL before 1.16 pads each batch to its longest sequence (`pad_to_multiple_of=None`), so on Neuron
     every distinct batch length is a new compile. hf_neuron backports TRL 1.16's `"auto"` default
@@ -131,10 +137,27 @@ def install_auto_padding() -> None:
     Detected per config class: its `pad_to_multiple_of` field exists and does not default to "auto".
     """
     for module_name in CONFIG_CLASSES:
-        when_ready(module_name, _backport_module)
+        when_imported(module_name, _backport_module)
 
 
 # --- trl.pad_packed_to_max_length -----------------------------------------------------------------
+
+
+def _pad_packed(original, self):
+    left_auto = getattr(self, FIELD, None) == AUTO
+    original(self)
+    max_length = getattr(self, "max_length", None)
+    if not (left_auto and getattr(self, "packing", False) and max_length):
+        return
+    if getattr(self, FIELD, None) == max_length or device_type_of(self) != "neuron":
+        return
+    setattr(self, FIELD, max_length)
+    _log_once(
+        f"packed:{type(self).__name__}",
+        "hf_neuron: packing on Neuron -> pad_to_multiple_of=max_length=%d: every packed batch has one "
+        "shape (one compile); set pad_to_multiple_of explicitly to change this.",
+        max_length,
+    )
 
 
 def pad_packed_to_max_length(cls) -> bool:
@@ -144,30 +167,7 @@ def pad_packed_to_max_length(cls) -> bool:
     names = {f.name for f in dataclasses.fields(cls)}
     if not {"packing", "max_length", FIELD} <= names:
         return False
-    current = cls.__dict__.get("__post_init__")
-    if current is not None and getattr(current, "_hf_neuron_fix", None) == "packed":
-        return False
-    original = cls.__post_init__
-
-    def __post_init__(self):
-        left_auto = getattr(self, FIELD, None) == AUTO
-        original(self)
-        max_length = getattr(self, "max_length", None)
-        if not (left_auto and getattr(self, "packing", False) and max_length):
-            return
-        if getattr(self, FIELD, None) == max_length or device_type_of(self) != "neuron":
-            return
-        setattr(self, FIELD, max_length)
-        _log_once(
-            f"packed:{type(self).__name__}",
-            "hf_neuron: packing on Neuron -> pad_to_multiple_of=max_length=%d: every packed batch has one "
-            "shape (one compile); set pad_to_multiple_of explicitly to change this.",
-            max_length,
-        )
-
-    wrapper = mark_patched(__post_init__, original)
-    wrapper._hf_neuron_fix = "packed"
-    cls.__post_init__ = wrapper
+    wrap(PACKED_FIX, cls, "__post_init__", _pad_packed)
     return True
 
 
@@ -186,7 +186,7 @@ def _packed_padding_gap() -> bool:
     )
 
 
-@fix("trl.pad_packed_to_max_length", "trl", _packed_padding_gap)
+@fix(PACKED_FIX, "trl", _packed_padding_gap)
 def install_packed_padding() -> None:
     """With `packing`, TRL pads each batch to a multiple of 128 on Neuron, so the short remainder packs
     give batches of other lengths and each is another forward/backward compile. hf_neuron pads packed
@@ -195,7 +195,7 @@ def install_packed_padding() -> None:
     Detected from SFTConfig's fields (`packing`, `max_length`, `pad_to_multiple_of`), then at run time: it
     acts only when upstream's own resolution did not already give `max_length`.
     """
-    when_ready("trl.trainer.sft_config", _packed_module)
+    when_imported("trl.trainer.sft_config", _packed_module)
 
 
 __all__ = [

@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import os
 
-from hf_neuron.fixes import fix
-from hf_neuron.trl._common import BASE_TRAINER_MODULE, device_type_of, mark_patched, module_ast, when_ready
+from hf_neuron.patching import fix, when_imported, wrap
+from hf_neuron.patching.sources import module_mentions
+from hf_neuron.trl._common import BASE_TRAINER_MODULE, device_type_of
 
 logger = logging.getLogger("hf_neuron")
 
@@ -25,18 +26,15 @@ COMPILE_HINT = (
     "--torch_compile true (or torch_compile=True in the config) to compile with the 'neuron' backend."
 )
 
-# name -> callable(trainer) run after the trainer's __init__, in registration order.
-_init_hooks: dict[str, object] = {}
+STATIC_SHAPES_FIX = "trl.static_shapes_on_neuron"
+COMPILE_HINT_FIX = "trl.neuron_compile_hint"
+
 _hint_logged = False
 
 
 def _base_trainer_mentions(text: str) -> bool:
-    tree = module_ast(BASE_TRAINER_MODULE)
-    if tree is None:
-        return True  # no base trainer to patch: nothing we can do
-    import ast
-
-    return text in ast.unparse(tree)
+    mentions = module_mentions(BASE_TRAINER_MODULE, text)
+    return True if mentions is None else mentions  # no base trainer to patch: nothing we can do
 
 
 def _user_set_automatic_dynamic_shapes() -> bool:
@@ -75,29 +73,22 @@ def compile_hint_hook(trainer) -> None:
         logger.warning(COMPILE_HINT)
 
 
-def _patch_base_trainer(module) -> None:
-    cls = getattr(module, "_BaseTrainer", None)
-    if cls is None:
-        return
-    current = cls.__dict__.get("__init__")
-    if current is not None and getattr(current, "__hf_neuron_patched__", False):
-        return
-    original = cls.__init__
+def _after_init(fix_name: str, hook):
+    """Run ``hook(trainer)`` after TRL's base trainer ``__init__``, as the change of ``fix_name``."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(original, self, *args, **kwargs):
         original(self, *args, **kwargs)
-        for hook in list(_init_hooks.values()):
-            hook(self)
+        hook(self)
 
-    cls.__init__ = mark_patched(__init__, original)
+    def patch(module) -> None:
+        cls = getattr(module, "_BaseTrainer", None)
+        if cls is not None:
+            wrap(fix_name, cls, "__init__", __init__)
+
+    when_imported(BASE_TRAINER_MODULE, patch)
 
 
-def _install(name: str, hook) -> None:
-    _init_hooks[name] = hook
-    when_ready(BASE_TRAINER_MODULE, _patch_base_trainer)
-
-
-@fix("trl.static_shapes_on_neuron", "trl", lambda: not _base_trainer_mentions("automatic_dynamic_shapes"))
+@fix(STATIC_SHAPES_FIX, "trl", lambda: not _base_trainer_mentions("automatic_dynamic_shapes"))
 def install_static_shapes() -> None:
     """TRL leaves Dynamo's `automatic_dynamic_shapes` on, so the second batch shape of a compiled Neuron
     run recompiles with symbolic sizes, which the Neuron backend rejects. hf_neuron turns it off when a
@@ -106,14 +97,14 @@ def install_static_shapes() -> None:
     Detected from TRL's base trainer source (it never mentions `automatic_dynamic_shapes`) and, at
     trainer creation, from the Dynamo config (left at its default).
     """
-    _install("static_shapes", static_shapes_hook)
+    _after_init(STATIC_SHAPES_FIX, static_shapes_hook)
 
 
-@fix("trl.neuron_compile_hint", "trl", lambda: not _base_trainer_mentions("torch_compile"))
+@fix(COMPILE_HINT_FIX, "trl", lambda: not _base_trainer_mentions("torch_compile"))
 def install_compile_hint() -> None:
     """Nothing tells a Neuron user that training without `torch_compile` is the slow (eager) path.
     hf_neuron logs a one-line hint when a TRL trainer is created on Neuron with `torch_compile` off.
 
     Detected from TRL's base trainer source: it never looks at `torch_compile`.
     """
-    _install("compile_hint", compile_hint_hook)
+    _after_init(COMPILE_HINT_FIX, compile_hint_hook)

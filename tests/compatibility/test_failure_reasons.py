@@ -2,8 +2,15 @@
 
 import signal
 
+from hf_neuron.compat.frames import package_dirs, portable_text
 from hf_neuron.compat.levels import describe_exception
 from hf_neuron.compat.procs import describe_exit, innermost_frame, last_error_line
+
+
+def installed(package: str, relative: str) -> str:
+    """The absolute path ``relative`` would have inside ``package`` as installed here."""
+    directory = next(d for name, d in package_dirs() if name == package)
+    return f"{directory}/{relative}"
 
 
 def _raise(exc):
@@ -11,6 +18,14 @@ def _raise(exc):
         raise exc
     except Exception as caught:  # noqa: BLE001
         return caught
+
+
+def _caught(call) -> Exception:
+    try:
+        call()
+    except Exception as caught:  # noqa: BLE001
+        return caught
+    raise AssertionError(f"{call} raised nothing")
 
 
 def test_aten_op_is_the_op():
@@ -34,30 +49,69 @@ def test_frame_is_the_fallback_op():
     assert op.startswith("tests/compatibility/test_failure_reasons.py:") or "test_failure_reasons.py" in op
 
 
-FAULTHANDLER_DUMP = """\
-Fatal Python error: Segmentation fault
-
-Thread 0x00007f0000000001 (most recent call first):
-  File "/work/main/hf_neuron/compat/worker.py", line 46 in loop
-  File "/usr/lib/python3.11/threading.py", line 982 in run
-
-Current thread 0x00007f0000000002 (most recent call first):
-  File "/x/site-packages/torch/nn/functional.py", line 2551 in embedding
-  File "/x/site-packages/transformers/models/llama/modeling_llama.py", line 400 in forward
-  File "/work/main/hf_neuron/compat/levels.py", line 200 in level_l2
-  File "/work/main/hf_neuron/compat/worker.py", line 150 in main
-  File "/work/main/hf_neuron/compat/worker.py", line 160 in <module>
-"""
+def faulthandler_dump(*frames: tuple[str, str, int, str]) -> str:
+    """A faulthandler dump whose main thread has ``frames`` (package, path, line, function), most
+    recent first, with files where the packages are installed in this environment."""
+    lines = [
+        "Fatal Python error: Segmentation fault",
+        "",
+        "Thread 0x00007f0000000001 (most recent call first):",
+        f'  File "{installed("hf_neuron", "compat/worker.py")}", line 46 in loop',
+        '  File "/usr/lib/python3.11/threading.py", line 982 in run',
+        "",
+        "Current thread 0x00007f0000000002 (most recent call first):",
+        *(f'  File "{installed(package, path)}", line {line} in {func}' for package, path, line, func in frames),
+        f'  File "{installed("hf_neuron", "compat/levels.py")}", line 200 in level_l2',
+        f'  File "{installed("hf_neuron", "compat/worker.py")}", line 150 in main',
+        f'  File "{installed("hf_neuron", "compat/worker.py")}", line 160 in <module>',
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def test_innermost_frame_of_the_main_thread():
-    assert innermost_frame(FAULTHANDLER_DUMP) == (
+    dump = faulthandler_dump(("torch", "nn/functional.py", 2551, "embedding"),
+                             ("transformers", "models/llama/modeling_llama.py", 400, "forward"))
+    assert innermost_frame(dump) == (
         "torch/nn/functional.py:2551 in embedding (from transformers/models/llama/modeling_llama.py:400 in forward)")
-    assert last_error_line(FAULTHANDLER_DUMP) == "Fatal Python error: Segmentation fault"
+    assert last_error_line(dump) == "Fatal Python error: Segmentation fault"
     assert innermost_frame("no stack here") is None
 
 
-def test_exit_descriptions():
-    assert describe_exit(-signal.SIGKILL) == "worker killed by SIGKILL (likely out of memory)"
-    assert describe_exit(-signal.SIGSEGV) == "worker died with SIGSEGV"
-    assert describe_exit(3) == "worker exited with code 3"
+def test_hf_neuron_adapter_is_not_model_code():
+    # hf_neuron's transformers adapter sits between the op and the model: it is ours, not the model.
+    dump = faulthandler_dump(("torch", "nn/functional.py", 2551, "embedding"),
+                             ("hf_neuron", "transformers/generation.py", 120, "generate"),
+                             ("transformers", "models/llama/modeling_llama.py", 400, "forward"))
+    assert innermost_frame(dump) == (
+        "torch/nn/functional.py:2551 in embedding (from transformers/models/llama/modeling_llama.py:400 in forward)")
+
+
+def _compiled_as(filename: str, source: str, name: str):
+    """Function ``name`` from ``source``, its frames reporting ``filename`` (as if that file held it)."""
+    namespace: dict = {}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
+def test_frame_is_named_relative_to_its_package():
+    fail = _compiled_as(installed("hf_neuron", "transformers/generation.py"),
+                        "def fail(exc):\n    raise exc\n", "fail")
+    _, op = describe_exception(_caught(lambda: fail(KeyError("x"))))
+    assert op == "hf_neuron/transformers/generation.py:2 in fail"
+
+
+def test_harness_frames_are_not_where_it_happened():
+    raise_in_harness = _compiled_as(installed("hf_neuron", "compat/levels.py"),
+                                    "def check(exc):\n    raise exc\n", "check")
+    model_forward = _compiled_as(installed("transformers", "models/llama/modeling_llama.py"),
+                                 "def forward(check, exc):\n    check(exc)\n", "forward")
+    _, op = describe_exception(_caught(lambda: model_forward(raise_in_harness, KeyError("x"))))
+    assert op == "transformers/models/llama/modeling_llama.py:2 in forward"
+
+
+def test_recorded_text_carries_no_install_location():
+    traceback_text = (f'File "{installed("hf_neuron", "compat/diffusers/tp_check.py")}", line 92, in check_class\n'
+                      f'File "{installed("diffusers", "hooks/tensor_parallel.py")}", line 394, in _check_tp_supported')
+    assert portable_text(traceback_text) == (
+        'File "hf_neuron/compat/diffusers/tp_check.py", line 92, in check_class\n'
+        'File "diffusers/hooks/tensor_parallel.py", line 394, in _check_tp_supported')

@@ -2,9 +2,9 @@
 
 Graphs are counted through the simulator's graph log: one per distinct block structure and input
 shape at the first denoising step, none after (no recompiles across steps), outputs equal to CPU.
-The full sweep over every tiny class is ``python -m hf_neuron.diffusers.compile_check`` (see
+The full sweep over every tiny class is a step of ``hf-neuron compat diffusers`` (see
 compatibility/diffusers.md); CI checks one class with upstream's ``_repeated_blocks``, two with ours,
-and the sharded (TP=2) + compiled combination of the seed recipe.
+and the sharded (TP=2) + compiled combination of the announcement's recipe.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import diffusers  # noqa: F401
 import pytest
 
-from hf_neuron.diffusers.compile_check import check_class
+from hf_neuron.compat.diffusers.compile_check import check_class
 
 from diffusers_adapter_helpers import load_records, run_torchrun
 
@@ -35,7 +35,7 @@ def test_one_graph_per_block_no_recompiles(class_name):
 
 def test_sharded_and_compiled(tmp_path):
     out = tmp_path / "tp_compiled.json"
-    run_torchrun("hf_neuron.diffusers.tp_check", "--device", "neuron", "--modes", "memory,compiled",
+    run_torchrun("hf_neuron.compat.diffusers.tp_check", "--device", "neuron", "--modes", "memory,compiled",
                  "--classes", "ChromaTransformer2DModel,AuraFlowTransformer2DModel", "--out", str(out))
     for name, record in load_records(out).items():
         assert record["ok"], record

@@ -10,11 +10,12 @@ import types
 import diffusers  # noqa: F401  (activates the adapter)
 import pytest
 
-from hf_neuron.diffusers._plan_registry import PLANS, class_assigns
+from hf_neuron.diffusers.plan_registry import PLANS
+from hf_neuron.patching.sources import class_assigns
 from hf_neuron.diffusers.repeated_blocks import REPEATED_BLOCKS
-from hf_neuron.diffusers.tensor_parallel import _install_plan, plan_for
-from hf_neuron.diffusers.testing import TINY
-from hf_neuron.fixes import all_fixes, get_fix
+from hf_neuron.diffusers.tensor_parallel import plan_for
+from hf_neuron.testing.tiny_diffusers import TINY
+from hf_neuron.patching import all_fixes, get_fix, upstream_behaviour
 
 
 def _module(name: str):
@@ -29,25 +30,19 @@ def test_plan_installed_on_import(class_name):
     assert get_fix(f"diffusers.tp_plan.{class_name}").active
 
 
-def test_upstream_plan_wins():
-    class_plan = PLANS["SD3Transformer2DModel"]
-    upstream_plan = {"transformer_blocks.*.attn.to_q": "colwise"}
-    fake = types.SimpleNamespace(SD3Transformer2DModel=type("SD3Transformer2DModel", (), {"_tp_plan": upstream_plan}))
-    entry = get_fix("diffusers.tp_plan.SD3Transformer2DModel")
-    saved = (entry.status, entry.reason)
-    try:
-        _install_plan(fake, class_plan)
-        assert fake.SD3Transformer2DModel._tp_plan is upstream_plan
-        assert not entry.active and "upstream" in entry.reason
-    finally:
-        entry.status, entry.reason = saved
-
-
 def test_detection_reads_the_class_body():
     # Upstream's Flux ships a plan; SD3 does not.
     assert class_assigns("diffusers.models.transformers.transformer_flux", "FluxTransformer2DModel", "_tp_plan")
     assert class_assigns("diffusers.models.transformers.transformer_sd3", "SD3Transformer2DModel", "_tp_plan") is False
     assert class_assigns("diffusers.models.transformers.transformer_sd3", "NoSuchClass", "_tp_plan") is None
+
+
+def test_upstream_behaviour_takes_the_diffusers_fixes_off():
+    sd3 = _module("transformer_sd3").SD3Transformer2DModel
+    ours = sd3._tp_plan
+    with upstream_behaviour("diffusers.tp_plan.SD3Transformer2DModel", "diffusers.repeated_blocks.SD3Transformer2DModel"):
+        assert sd3._tp_plan is None and not sd3._repeated_blocks
+    assert sd3._tp_plan is ours and sd3._repeated_blocks == ["JointTransformerBlock"]
 
 
 def test_upstream_classes_keep_upstream_plans():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import diffusers  # noqa: F401
 import pytest
 
-from hf_neuron.diffusers.pipeline_check import check_family
-from hf_neuron.diffusers.tiny_pipelines import FAMILIES
+from hf_neuron.compat.diffusers.pipeline_check import check_family
+from hf_neuron.testing.tiny_pipelines import FAMILIES
 
 from diffusers_adapter_helpers import device_has_conv, hit_conv_gap
 

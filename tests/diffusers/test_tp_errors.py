@@ -12,7 +12,7 @@ import pytest
 import torch
 from diffusers import TensorParallelConfig
 
-from hf_neuron.diffusers.testing import TINY
+from hf_neuron.testing.tiny_diffusers import TINY
 
 
 def _tiny(class_name: str, **overrides):
@@ -75,7 +75,7 @@ _OFFLOAD_CHECK = """
 import tempfile, torch, torch.distributed as dist
 from diffusers import DiffusionPipeline, TensorParallelConfig
 from torch.distributed.device_mesh import init_device_mesh
-from hf_neuron.diffusers.testing import TINY
+from hf_neuron.testing.tiny_diffusers import TINY
 
 class OnePipeline(DiffusionPipeline):
     def __init__(self, transformer):

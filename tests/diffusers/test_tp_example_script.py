@@ -1,4 +1,4 @@
-"""scripts/diffusers_tp_example.py (the seed recipe) on a tiny local pipeline, 2 ranks on the simulator."""
+"""scripts/diffusers_tp_example.py (the announcement's recipe) on a tiny local pipeline, 2 ranks on the simulator."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Every hf_neuron TP plan: TP=2 output equals TP=1, loaded both ways diffusers supports.
 
 One torchrun launch (2 ranks, backend "neuron" on the simulator) checks every class of
-``hf_neuron.diffusers.testing.TINY`` through ``enable_parallelism`` and ``from_pretrained(parallel_config=)``.
+``hf_neuron.testing.tiny_diffusers.TINY`` through ``enable_parallelism`` and ``from_pretrained(parallel_config=)``.
 Where the simulator cannot run a class yet (no aten::convolution), a second launch proves the plan on
 CPU with gloo and the test is reported as xfail, naming the gap.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from hf_neuron.diffusers._plan_registry import PLANS
-from hf_neuron.diffusers.testing import TINY
+from hf_neuron.diffusers.plan_registry import PLANS
+from hf_neuron.testing.tiny_diffusers import TINY
 
 from diffusers_adapter_helpers import hit_conv_gap, load_records, run_torchrun
 
@@ -19,13 +19,13 @@ from diffusers_adapter_helpers import hit_conv_gap, load_records, run_torchrun
 @pytest.fixture(scope="module")
 def tp_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("tp") / "neuron.json"
-    run_torchrun("hf_neuron.diffusers.tp_check", "--device", "neuron", "--out", str(out))
+    run_torchrun("hf_neuron.compat.diffusers.tp_check", "--device", "neuron", "--out", str(out))
     records = load_records(out)
     blocked = [name for name, record in records.items() if not record["ok"] and hit_conv_gap(record)]
     cpu = {}
     if blocked:
         cpu_out = out.with_name("cpu.json")
-        run_torchrun("hf_neuron.diffusers.tp_check", "--device", "cpu", "--classes", ",".join(blocked),
+        run_torchrun("hf_neuron.compat.diffusers.tp_check", "--device", "cpu", "--classes", ",".join(blocked),
                      "--out", str(cpu_out))
         cpu = load_records(cpu_out)
     return records, cpu

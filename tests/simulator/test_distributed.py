@@ -1,6 +1,6 @@
 """Process-group backend "neuron": collectives, TorchNeuron's limits, DDP/FSDP2/DTensor/TP parity.
 
-One torchrun launch per world size runs every check of ``hf_neuron.simulator._dist_selftest`` on
+One torchrun launch per world size runs every check of ``hf_neuron.testing.distributed_selftest`` on
 every rank and reports JSON; the tests below assert it. The launch never calls
 ``destroy_process_group``, so a clean exit is checked by the launch itself.
 """
@@ -67,7 +67,7 @@ def launch(request, built_extension, tmp_path_factory):
     env = dict(os.environ, HF_NEURON_SIMULATOR="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
-        "-m", "hf_neuron.simulator._dist_selftest", "--out", str(out), "--model-dir", str(model_dir),
+        "-m", "hf_neuron.testing.distributed_selftest", "--out", str(out), "--model-dir", str(model_dir),
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT)
     ranks = {}

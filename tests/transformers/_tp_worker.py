@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from transformers import AutoModelForCausalLM, DistributedConfig
 
-from hf_neuron.transformers.workload import generate_batches, workload_prompts
+from hf_neuron.testing.generation_workload import generate_batches, workload_prompts
 
 PROMPT_LENGTHS = (20, 45)
 GENERATE = {"max_new_tokens": 6, "max_cache_len": 64, "prefill_chunk_size": 16}

@@ -13,7 +13,7 @@ from hf_neuron.simulator import graph_log
 from hf_neuron.transformers import upstream_behaviour
 from hf_neuron.transformers.cache import FIX_NAME as SLIDING_FIX
 from hf_neuron.transformers.generation import MASK_FIX, PAD_FIX, STRIDES_FIX
-from hf_neuron.transformers.workload import generate_batches, tiny_workload_model, workload_prompts
+from hf_neuron.testing.generation_workload import generate_batches, tiny_workload_model, workload_prompts
 
 RECIPE = {"max_cache_len": 256, "prefill_chunk_size": 32}
 
@@ -102,7 +102,7 @@ def _probes():
 
 @pytest.mark.parametrize("fix_name", [STRIDES_FIX, PAD_FIX, SLIDING_FIX])
 def test_probe_sees_the_gap_without_the_fix_only(fix_name):
-    from hf_neuron.fixes import get_fix
+    from hf_neuron.patching import get_fix
     from hf_neuron.transformers import import_fix_targets
 
     import_fix_targets()

@@ -8,11 +8,11 @@ CODE = """
 import transformers.generation.utils, transformers.cache_utils, transformers.modeling_utils
 from transformers.cache_utils import StaticSlidingWindowLayer
 from transformers.generation.utils import GenerationMixin
-from hf_neuron import fixes
+from hf_neuron import patching as fixes
 patched = [
-    getattr(StaticSlidingWindowLayer.update, "__hf_neuron_wrapped__", None),
-    getattr(GenerationMixin._prefill, "__hf_neuron_wrapped__", None),
-    getattr(transformers.modeling_utils.check_and_set_device_map, "__hf_neuron_wrapped__", None),
+    getattr(StaticSlidingWindowLayer.update, "__hf_neuron_fix__", None),
+    getattr(GenerationMixin._prefill, "__hf_neuron_fix__", None),
+    getattr(transformers.modeling_utils.check_and_set_device_map, "__hf_neuron_fix__", None),
 ]
 active = [f.name for f in fixes.all_fixes() if f.library == "transformers" and f.active]
 print("PATCHED", sum(p is not None for p in patched), "ACTIVE", len(active))

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, DistributedConfig
 from hf_neuron.simulator import graph_log
 from hf_neuron.testing.tiny_models import build_model, save_tiny_model
 from hf_neuron.transformers import tensor_parallel, upstream_behaviour
-from hf_neuron.transformers.workload import generate_batches, workload_prompts
+from hf_neuron.testing.generation_workload import generate_batches, workload_prompts
 
 WORKER = Path(__file__).with_name("_tp_worker.py")
 ARCHITECTURES = ("llama", "qwen3", "qwen3_moe")  # dense, dense with q/k norms, mixture of experts

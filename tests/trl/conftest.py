@@ -1,4 +1,4 @@
-"""Fixtures of the TRL tests: a tiny Qwen3 (the seed recipe's family) and a small local chat dataset."""
+"""Fixtures of the TRL tests: a tiny Qwen3 (the family of the announcement's SFT recipe) and a small local chat dataset."""
 
 from __future__ import annotations
 
@@ -50,3 +50,14 @@ def sft_runs(tiny_model_dir, chat_dataset, tmp_path_factory):
         return cache[name]
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _restore_dynamo_dynamic_shapes():
+    """A trainer created on Neuron turns Dynamo's automatic dynamic shapes off for the process (the
+    ``trl.static_shapes_on_neuron`` fix); later tests in this process get the default back."""
+    import torch._dynamo.config as dynamo_config
+
+    before = dynamo_config.automatic_dynamic_shapes
+    yield
+    dynamo_config.automatic_dynamic_shapes = before

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from datasets import load_dataset
 
+from hf_neuron.patching import original
 from hf_neuron.trl import model_loading
 
 
@@ -17,7 +20,7 @@ def _capture():
         calls.append(kwargs)
         return kwargs
 
-    return calls, model_loading._wrap(fake_create_model_from_path)
+    return calls, functools.partial(model_loading.create_model_on_neuron, fake_create_model_from_path)
 
 
 def test_default_is_the_process_device():
@@ -56,9 +59,10 @@ def test_upstream_default_rejects_tensor_parallel_loading(tiny_model_dir):
     import trl.trainer.utils  # noqa: F401  (TRL imports it lazily; our fix patches it on import)
     from transformers import DistributedConfig
 
-    assert model_loading._original is not None
+    upstream = original(trl.trainer.utils, "create_model_from_path")
+    assert upstream is not trl.trainer.utils.create_model_from_path  # the fix is on; this is the original
     with pytest.raises(ValueError, match="mutually exclusive"):
-        model_loading._original(str(tiny_model_dir), distributed_config=DistributedConfig(tp_size=2))
+        upstream(str(tiny_model_dir), distributed_config=DistributedConfig(tp_size=2))
 
 
 def test_sft_trainer_loads_model_on_neuron(tiny_model_dir, chat_dataset, tmp_path, monkeypatch):

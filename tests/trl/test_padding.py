@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_neuron.fixes import get_fix
+from hf_neuron.patching import get_fix, upstream_behaviour
 from hf_neuron.trl import padding
 from hf_neuron.trl._common import CONFIG_CLASSES
 
@@ -83,6 +83,8 @@ def test_packed_sft_pads_to_max_length_on_neuron(tmp_path):
     assert _make(cls, tmp_path, packing=True, max_length=300).pad_to_multiple_of == 300
     # without packing: the 128 multiple
     assert _make(cls, tmp_path, packing=False, max_length=256).pad_to_multiple_of == 128
+    with upstream_behaviour("trl.pad_packed_to_max_length"):  # TRL's own resolution
+        assert _make(cls, tmp_path, packing=True, max_length=256).pad_to_multiple_of == 128
 
 
 def test_packed_remainder_batch_has_the_full_shape(tmp_path):
@@ -133,6 +135,11 @@ def test_backport_gives_old_configs_the_auto_mechanism(tmp_path):
     assert parser.parse_args_into_dataclasses(base)[0].pad_to_multiple_of == 128
     assert parser.parse_args_into_dataclasses(base + ["--pad_to_multiple_of", "32"])[0].pad_to_multiple_of == 32
     assert parser.parse_args_into_dataclasses(base + ["--pad_to_multiple_of", "none"])[0].pad_to_multiple_of is None
+
+    with upstream_behaviour("trl.pad_to_multiple_of_auto"):  # every change of the backport comes off
+        assert {f.name: f.default for f in dataclasses.fields(cls)}["pad_to_multiple_of"] is None
+        assert _make(cls, tmp_path).pad_to_multiple_of is None
+    assert _make(cls, tmp_path).pad_to_multiple_of == 128
 
     # a subclass declared afterwards inherits the mechanism
     @dataclasses.dataclass

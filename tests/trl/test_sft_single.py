@@ -1,4 +1,4 @@
-"""The example script in one process on Neuron, as the seed recipe runs it (packing wrapped,
+"""The example script in one process on Neuron, as the announcement's SFT recipe runs it (packing wrapped,
 torch_compile, bf16): it trains, compiles one graph set, saves a standard checkpoint; unpacked
 batches stay within ceil(max_length / 128) shapes; PEFT LoRA trains and its adapter loads on CPU."""
 

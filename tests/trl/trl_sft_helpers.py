@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "sft_neuron_example.py"
 WORKER = Path(__file__).with_name("trl_sft_worker.py")
 
-# The seed recipe scaled down: packing wrapped, torch_compile, bf16; the same global batch of 4
+# The announcement's SFT recipe scaled down: packing wrapped, torch_compile, bf16; the same global batch of 4
 # sequences in every layout. max_length 192 is not a multiple of 128: full packs would pad to 256
 # and the remainder packs to 128 without `trl.pad_packed_to_max_length`.
 GLOBAL_BATCH = 4
@@ -82,7 +82,7 @@ def free_port() -> int:
 
 
 def base_args(model_dir, dataset, output_dir, **overrides) -> list[str]:
-    """The seed recipe's flags, scaled down to a tiny model."""
+    """The announcement's SFT recipe flags, scaled down to a tiny model."""
     args = {
         "model_name_or_path": str(model_dir),
         "dataset_name": str(dataset),

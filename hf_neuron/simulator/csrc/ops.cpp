@@ -132,24 +132,23 @@ void sync_back(const at::Tensor& neuron, const at::Tensor& view) {
   }
 }
 
-bool is_generator_type(const c10::TypePtr& type) {
-  if (type->kind() == c10::TypeKind::GeneratorType) {
+// `kind`, or an optional of it, as in a schema argument `Generator? generator`.
+bool is_kind_or_optional(const c10::TypePtr& type, c10::TypeKind kind) {
+  if (type->kind() == kind) {
     return true;
   }
   if (auto opt = type->cast<c10::OptionalType>()) {
-    return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
+    return opt->getElementType()->kind() == kind;
   }
   return false;
 }
 
+bool is_generator_type(const c10::TypePtr& type) {
+  return is_kind_or_optional(type, c10::TypeKind::GeneratorType);
+}
+
 bool is_memory_format_type(const c10::TypePtr& type) {
-  if (type->kind() == c10::TypeKind::MemoryFormatType) {
-    return true;
-  }
-  if (auto opt = type->cast<c10::OptionalType>()) {
-    return opt->getElementType()->kind() == c10::TypeKind::MemoryFormatType;
-  }
-  return false;
+  return is_kind_or_optional(type, c10::TypeKind::MemoryFormatType);
 }
 
 struct Origin {

@@ -129,6 +129,24 @@ at::Tensor premultiply(const at::Tensor& view, const Reduction& r, bool in_place
   return view.mul(factor);
 }
 
+// Scales every input by the PREMUL_SUM factor, if the reduction has one.
+void premultiply_all(std::vector<at::Tensor>& views, const Reduction& r, bool in_place) {
+  if (!r.premul_factor) {
+    return;
+  }
+  for (auto& v : views) {
+    v = premultiply(v, r, in_place);
+  }
+}
+
+// The caller's options with the reduction gloo actually runs (AVG and PREMUL_SUM become SUM).
+template <typename Options>
+Options with_gloo_op(const Options& opts, const Reduction& r) {
+  auto gloo_opts = opts;
+  gloo_opts.reduceOp = r.gloo_op;
+  return gloo_opts;
+}
+
 PostOp divide_outputs(std::vector<at::Tensor> views, const Reduction& r) {
   if (!r.divide_by.has_value()) {
     return nullptr;
@@ -350,49 +368,35 @@ class NeuronBackend : public c10d::Backend {
     return wrap(gloo_->broadcast(views, opts), tensors, c10d::OpType::BROADCAST);
   }
 
+  // all_reduce, all_reduce_coalesced and reduce: the inputs are the outputs, reduced on host views.
+  // `holds_result` is false on the ranks whose tensors the collective does not write (reduce).
+  template <typename Options, typename RunGloo>
+  c10::intrusive_ptr<c10d::Work> reduce_in_place(std::vector<at::Tensor>& tensors, const Options& opts,
+                                                 const char* op_name, c10d::OpType op_type, bool holds_result,
+                                                 RunGloo run_gloo) {
+    auto views = host_views(tensors, op_name);
+    auto r = plan_reduction(opts.reduceOp, getSize());
+    premultiply_all(views, r, /*in_place=*/true);
+    auto work = run_gloo(views, with_gloo_op(opts, r));
+    PostOp post = holds_result ? divide_outputs(views, r) : nullptr;
+    return wrap(work, tensors, op_type, std::move(post));
+  }
+
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
-    auto views = host_views(tensors, "all_reduce");
-    auto r = plan_reduction(opts.reduceOp, getSize());
-    if (r.premul_factor) {
-      for (auto& v : views) {
-        premultiply(v, r, /*in_place=*/true);
-      }
-    }
-    auto gloo_opts = opts;
-    gloo_opts.reduceOp = r.gloo_op;
-    auto work = gloo_->allreduce(views, gloo_opts);
-    return wrap(work, tensors, c10d::OpType::ALLREDUCE, divide_outputs(views, r));
+    return reduce_in_place(tensors, opts, "all_reduce", c10d::OpType::ALLREDUCE, true,
+                           [this](auto& views, const auto& o) { return gloo_->allreduce(views, o); });
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override {
-    auto views = host_views(tensors, "all_reduce_coalesced");
-    auto r = plan_reduction(opts.reduceOp, getSize());
-    if (r.premul_factor) {
-      for (auto& v : views) {
-        premultiply(v, r, /*in_place=*/true);
-      }
-    }
-    auto gloo_opts = opts;
-    gloo_opts.reduceOp = r.gloo_op;
-    auto work = gloo_->allreduce_coalesced(views, gloo_opts);
-    return wrap(work, tensors, c10d::OpType::ALLREDUCE_COALESCED, divide_outputs(views, r));
+    return reduce_in_place(tensors, opts, "all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, true,
+                           [this](auto& views, const auto& o) { return gloo_->allreduce_coalesced(views, o); });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
-    auto views = host_views(tensors, "reduce");
-    auto r = plan_reduction(opts.reduceOp, getSize());
-    if (r.premul_factor) {
-      for (auto& v : views) {
-        premultiply(v, r, /*in_place=*/true);
-      }
-    }
-    auto gloo_opts = opts;
-    gloo_opts.reduceOp = r.gloo_op;
-    auto work = gloo_->reduce(views, gloo_opts);
-    PostOp post = getRank() == opts.rootRank ? divide_outputs(views, r) : nullptr;
-    return wrap(work, tensors, c10d::OpType::REDUCE, std::move(post));
+    return reduce_in_place(tensors, opts, "reduce", c10d::OpType::REDUCE, getRank() == opts.rootRank,
+                           [this](auto& views, const auto& o) { return gloo_->reduce(views, o); });
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -449,16 +453,10 @@ class NeuronBackend : public c10d::Backend {
     auto out_views = host_views(outputs, "reduce_scatter");
     auto in_views = host_views(inputs, "reduce_scatter");
     auto r = plan_reduction(opts.reduceOp, getSize());
-    if (r.premul_factor) {
-      for (auto& list : in_views) {
-        for (auto& v : list) {
-          v = premultiply(v, r, /*in_place=*/false);
-        }
-      }
+    for (auto& list : in_views) {
+      premultiply_all(list, r, /*in_place=*/false);
     }
-    auto gloo_opts = opts;
-    gloo_opts.reduceOp = r.gloo_op;
-    auto work = gloo_->reduce_scatter(out_views, in_views, gloo_opts);
+    auto work = gloo_->reduce_scatter(out_views, in_views, with_gloo_op(opts, r));
     return wrap(work, outputs, c10d::OpType::REDUCE_SCATTER, divide_outputs(out_views, r));
   }
 
@@ -470,9 +468,7 @@ class NeuronBackend : public c10d::Backend {
     if (r.premul_factor) {
       in_view = premultiply(in_view, r, /*in_place=*/false);
     }
-    auto gloo_opts = opts;
-    gloo_opts.reduceOp = r.gloo_op;
-    auto work = gloo_->_reduce_scatter_base(out_view, in_view, gloo_opts);
+    auto work = gloo_->_reduce_scatter_base(out_view, in_view, with_gloo_op(opts, r));
     return wrap(work, {output}, c10d::OpType::_REDUCE_SCATTER_BASE, divide_outputs({out_view}, r));
   }
 
@@ -482,14 +478,8 @@ class NeuronBackend : public c10d::Backend {
     auto out_views = host_views(outputs, "reduce_scatter_tensor_coalesced");
     auto in_views = host_views(inputs, "reduce_scatter_tensor_coalesced");
     auto r = plan_reduction(opts.reduceOp, getSize());
-    if (r.premul_factor) {
-      for (auto& v : in_views) {
-        v = premultiply(v, r, /*in_place=*/false);
-      }
-    }
-    auto gloo_opts = opts;
-    gloo_opts.reduceOp = r.gloo_op;
-    auto work = gloo_->reduce_scatter_tensor_coalesced(out_views, in_views, gloo_opts);
+    premultiply_all(in_views, r, /*in_place=*/false);
+    auto work = gloo_->reduce_scatter_tensor_coalesced(out_views, in_views, with_gloo_op(opts, r));
     return wrap(work, outputs, c10d::OpType::COALESCED, divide_outputs(out_views, r));
   }
 

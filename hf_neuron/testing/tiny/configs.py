@@ -34,7 +34,7 @@ MAX_POSITIONS = 2048
 SLIDING_WINDOW = 64
 MAX_LAYERS = 6  # cap on layers kept to cover every distinct layer kind
 
-# The four top-100 model types that transformers 5.23 has only outside MODEL_FOR_CAUSAL_LM_MAPPING
+# The four top-100 model types that transformers ships only outside MODEL_FOR_CAUSAL_LM_MAPPING
 # (as multimodal wrappers); built with the image-text-to-text class and used text-only.
 MULTIMODAL_TEXT_ONLY = ("kimi_k25", "mistral3", "muse_glimmer", "mistral4")
 
@@ -44,7 +44,7 @@ REMOTE_CODE_ONLY = {"kimi_k2": "Kimi-K2 ships its own modeling code (trust_remot
 
 
 # Speculative-decoding draft models: their forward reads the target model's kv states, so they are no
-# standalone causal LM (and transformers 5.23 cannot build them with every layer kv-shared).
+# standalone causal LM (and transformers cannot build them with every layer kv-shared).
 DRAFT_ONLY = {
     "gemma4_assistant": "gemma4",
     "gemma4_unified_assistant": "gemma4_unified",

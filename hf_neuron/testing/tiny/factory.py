@@ -33,7 +33,7 @@ def _class_name_for(model_type: str) -> str:
 def model_class_for(model_type: str):
     """The model class the factory builds for `model_type`.
 
-    That is the AutoModelForCausalLM class, except for the four types transformers 5.23 has only as
+    That is the AutoModelForCausalLM class, except for the four types transformers ships only as
     multimodal classes (kimi_k25, mistral3, muse_glimmer, mistral4: see :func:`is_multimodal_text_only`),
     which use their image-text-to-text class, text-only.
     """

@@ -1,6 +1,6 @@
 """Self-test of the ``"neuron"`` process-group backend, run under torchrun.
 
-``HF_NEURON_SIMULATOR=1 torchrun --standalone --nproc_per_node=N -m hf_neuron.simulator._dist_selftest
+``HF_NEURON_SIMULATOR=1 torchrun --standalone --nproc_per_node=N -m hf_neuron.testing.distributed_selftest
 --out DIR [--model-dir DIR]``
 
 Every rank runs every check (collectives, TorchNeuron's limits, functional collectives, DDP and
@@ -461,7 +461,7 @@ def run(out_dir: Path, model_dir: Path | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hf_neuron.simulator._dist_selftest")
+    parser = argparse.ArgumentParser(prog="python -m hf_neuron.testing.distributed_selftest")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--model-dir", type=Path, default=None)
     args = parser.parse_args(argv)

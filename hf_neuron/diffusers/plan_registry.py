@@ -10,10 +10,6 @@ markers they use are imported only once the model's own module is.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import re
-from functools import lru_cache
-from pathlib import Path
 from typing import Callable
 
 TRANSFORMERS_PACKAGE = "diffusers.models.transformers"
@@ -75,51 +71,3 @@ def tp_plan(
         return build
 
     return register
-
-
-def module_file(module_path: str) -> Path | None:
-    """The source file of ``module_path`` inside its top-level package, found without importing it.
-
-    ``importlib.util.find_spec`` on a submodule imports its parent packages, which must not happen
-    while ``diffusers`` itself is still being set up (the adapter activates from its import hook).
-    """
-    top, _, rest = module_path.partition(".")
-    spec = importlib.util.find_spec(top)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    base = Path(list(spec.submodule_search_locations)[0]).joinpath(*rest.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-@lru_cache(maxsize=None)
-def _module_source(module_path: str) -> str | None:
-    path = module_file(module_path)
-    return path.read_text(encoding="utf-8") if path is not None else None
-
-
-def class_body_source(module_path: str, class_name: str) -> str | None:
-    """Source of ``class_name``'s body in ``module_path``, read without importing the module."""
-    source = _module_source(module_path)
-    if source is None:
-        return None
-    start = re.search(rf"^class {re.escape(class_name)}\b.*$", source, re.M)
-    if start is None:
-        return None
-    end = re.search(r"^(?:class |def |@)", source[start.end():], re.M)
-    return source[start.end(): start.end() + end.start()] if end else source[start.end():]
-
-
-def class_assigns(module_path: str, class_name: str, attribute: str) -> bool | None:
-    """Whether upstream's class body assigns ``attribute`` a non-empty value (None: class not found).
-
-    This is the cheap, import-free half of the detection; the hook that installs our value when the
-    module is imported checks the real class attribute again (inherited values included).
-    """
-    body = class_body_source(module_path, class_name)
-    if body is None:
-        return None
-    match = re.search(rf"^\s+{attribute}\s*(?::[^=\n]*)?=\s*(.+)$", body, re.M)
-    return match is not None and match.group(1).strip() not in ("None", "[]", "()", "{}")

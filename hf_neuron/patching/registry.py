@@ -15,16 +15,25 @@ Detection has three outcomes, and the third is never quiet:
 A detector may also return :data:`PENDING` when it cannot run yet (the module it inspects is not
 imported); the fix is detected again at the next :func:`apply_fixes`.
 
-Adapters declare fixes with :func:`fix`; :func:`apply_fixes` runs those of one library when that
-library is imported (see ``hf_neuron._import_hooks``). ``HF_NEURON_DISABLE=1`` applies none.
+A fix may wait for the module it changes (``waits_for``): it is then detected and applied when
+that module has been imported, so that ``import transformers`` stays as cheap as upstream's.
+
+Adapters declare fixes with :func:`fix` and change upstream objects only through
+:mod:`hf_neuron.patching.attributes`; :func:`apply_fixes` runs those of one library when that library
+is imported (see ``hf_neuron.adapters``). ``HF_NEURON_DISABLE=1`` applies none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import importlib
 import logging
 import os
+import sys
 from typing import Callable
+
+from hf_neuron.patching.imports import deliver_finished, when_imported
 
 logger = logging.getLogger("hf_neuron")
 
@@ -45,6 +54,8 @@ class Fix:
     gap: str
     detect: Callable[[], object]
     apply: Callable[[], None]
+    waits_for: str | None = None
+    hooked: bool = dataclasses.field(default=False, repr=False)  # waiting for its module's import
     status: str = WAITING
     reason: str = "not applied yet (library not imported)"
 
@@ -65,17 +76,18 @@ def adapters_disabled() -> bool:
     return os.environ.get("HF_NEURON_DISABLE", "0").lower() in ("1", "true", "yes")
 
 
-def fix(name: str, library: str, detect: Callable[[], object]):
+def fix(name: str, library: str, detect: Callable[[], object], *, waits_for: str | None = None):
     """Decorator registering ``apply`` as the fix ``name`` for ``library``.
 
     The decorated function's docstring is the fix's description of the upstream gap.
     ``detect()`` returns True when the gap exists (so the fix is needed), False when upstream
-    closes it, :data:`PENDING` when it cannot run yet; raising means "cannot tell".
+    closes it, :data:`PENDING` when it cannot run yet; raising means "cannot tell". With
+    ``waits_for``, both run once that module has been imported.
     """
 
     def register(apply: Callable[[], None]) -> Callable[[], None]:
         gap = (apply.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-        _FIXES[name] = Fix(name=name, library=library, gap=gap, detect=detect, apply=apply)
+        _FIXES[name] = Fix(name=name, library=library, gap=gap, detect=detect, apply=apply, waits_for=waits_for)
         return apply
 
     return register
@@ -99,13 +111,6 @@ def mark_closed(name: str, reason: str) -> None:
     entry = _FIXES.get(name)
     if entry is not None:
         entry.status, entry.reason = CLOSED, reason
-
-
-def mark_waiting(name: str, reason: str) -> None:
-    """Record why the still-undecided fix ``name`` is not decided yet (shown by ``hf-neuron env``)."""
-    entry = _FIXES.get(name)
-    if entry is not None and not entry.decided:
-        entry.status, entry.reason = WAITING, reason
 
 
 def _mark_unknown(entry: Fix, what: str, exc: BaseException) -> None:
@@ -138,7 +143,8 @@ def decide(entry: Fix) -> None:
         entry.status, entry.reason = DISABLED, "HF_NEURON_DISABLE=1"
         return
     try:
-        needed = entry.detect()
+        with _host_default_device():
+            needed = entry.detect()
     except Exception as exc:  # a broken detector must never break the user's import
         _mark_unknown(entry, "detection", exc)
         return
@@ -147,22 +153,89 @@ def decide(entry: Fix) -> None:
     if not needed:
         entry.status, entry.reason = CLOSED, "upstream already closes this gap"
         return
+    before = (entry.status, entry.reason)
     try:
         entry.apply()
     except Exception as exc:
         _mark_unknown(entry, "applying the fix", exc)
         return
+    if (entry.status, entry.reason) != before:
+        return  # the apply function decided itself (e.g. upstream's value seen on the live class)
     entry.status, entry.reason = APPLIED, "applied"
     logger.info("hf_neuron: applied fix %s (%s)", entry.name, entry.gap)
 
 
+@contextlib.contextmanager
+def _host_default_device():
+    """Detectors build small upstream objects; the import that triggers them may happen inside the
+    caller's ``with torch.device("meta"):`` (model initialisation)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "device"):
+        yield
+        return
+    with torch.device("cpu"):
+        yield
+
+
+def _decide_when_imported(entry: Fix) -> None:
+    if entry.hooked:
+        return
+    entry.hooked = True
+    if not entry.decided:
+        entry.reason = f"waits for `import {entry.waits_for}`"
+    when_imported(entry.waits_for, lambda _module: decide(entry))
+
+
 def apply_fixes(library: str) -> list[Fix]:
-    """Detect every undecided fix of ``library`` and apply those whose gap exists. Idempotent."""
+    """Detect every undecided fix of ``library`` and apply those whose gap exists; returns those applied
+    by this call. Idempotent.
+
+    A fix that waits for a module is decided when that module has been imported (now, if it is).
+    """
+    if adapters_disabled():
+        for entry in _FIXES.values():
+            if entry.library == library and not entry.decided:
+                entry.status, entry.reason = DISABLED, "HF_NEURON_DISABLE=1"
+        return []
     applied = []
     for entry in list(_FIXES.values()):
         if entry.library != library or entry.decided:
             continue
-        decide(entry)
+        if entry.waits_for is None:
+            decide(entry)
+        else:
+            _decide_when_imported(entry)
         if entry.active:
             applied.append(entry)
     return applied
+
+
+def import_targets(library: str) -> None:
+    """Import every module a fix of ``library`` waits for, so that all of them are decided.
+
+    Fixes otherwise wait for their module's import (keeping the library's import cheap); tools that
+    report the fixes (``hf-neuron env``) call this first.
+    """
+    for module in sorted({f.waits_for for f in _FIXES.values() if f.library == library and f.waits_for}):
+        importlib.import_module(module)
+    deliver_finished()
+    apply_fixes(library)
+
+
+def set_status(name: str, status: str, reason: str) -> None:
+    """Record the outcome of a fix decided outside its detector (e.g. per class, when a module loads)."""
+    if status not in (APPLIED, CLOSED, UNKNOWN, WAITING, DISABLED):
+        raise ValueError(f"unknown fix status {status!r}")
+    _FIXES[name].status, _FIXES[name].reason = status, reason
+
+
+@contextlib.contextmanager
+def scratch_registry():
+    """An empty registry for the block (tests declaring throw-away fixes); the real one comes back after."""
+    global _FIXES, _warned_unknown
+    saved = _FIXES, _warned_unknown
+    _FIXES, _warned_unknown = {}, set()
+    try:
+        yield
+    finally:
+        _FIXES, _warned_unknown = saved

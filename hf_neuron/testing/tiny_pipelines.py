@@ -4,7 +4,7 @@ Each builder returns a complete pipeline — tiny transformer, tiny VAE, tiny te
 tokenizer / processor, scheduler — with the transformer's heads divisible by 2 so TP=2 applies, and
 ``save_tiny_pipeline(family, out_dir)`` writes it with ``save_pretrained`` (safetensors), loadable
 with ``<Pipeline>.from_pretrained(out_dir)``. ``FAMILIES`` also says how each pipeline is called with
-embeddings computed on CPU (the text encoder stays on CPU, as in the seed recipe).
+embeddings computed on CPU (the text encoder stays on CPU, as in ``scripts/diffusers_tp_example.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,13 @@ from typing import Callable
 import torch
 
 _EXTRA_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+
+
+def _vision_token_ids(tokenizer) -> dict:
+    """The special-token ids a Qwen-VL text encoder's config names."""
+    tokens = {"image_token_id": "<|image_pad|>", "video_token_id": "<|video_pad|>",
+              "vision_start_token_id": "<|vision_start|>", "vision_end_token_id": "<|vision_end|>"}
+    return {key: tokenizer.convert_tokens_to_ids(token) for key, token in tokens.items()}
 
 
 def _tokenizer(extra_tokens: list[str] | None = None):
@@ -41,7 +48,7 @@ def _t5_encoder(vocab_size: int, d_model: int = 16, umt5: bool = False):
 
 
 def build_qwenimage21(seed: int = 0):
-    """Qwen-Image-2.1 (upstream TP plan), 32x32 images: the pipeline of the seed recipe."""
+    """Qwen-Image-2.1 (upstream TP plan), 32x32 images: the pipeline ``scripts/diffusers_tp_example.py`` runs."""
     from diffusers import (
         AutoencoderKLQwenImage21,
         FlowMatchEulerDiscreteScheduler,
@@ -79,10 +86,7 @@ def build_qwenimage21(seed: int = 0):
             "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 64,
             "deepstack_visual_indexes": [0],
         },
-        image_token_id=tokenizer.convert_tokens_to_ids("<|image_pad|>"),
-        video_token_id=tokenizer.convert_tokens_to_ids("<|video_pad|>"),
-        vision_start_token_id=tokenizer.convert_tokens_to_ids("<|vision_start|>"),
-        vision_end_token_id=tokenizer.convert_tokens_to_ids("<|vision_end|>"),
+        **_vision_token_ids(tokenizer),
     )
     torch.manual_seed(seed)
     text_encoder = Qwen3VLForConditionalGeneration(config).eval()
@@ -139,10 +143,7 @@ def build_qwenimage(seed: int = 0):
         },
         vision_config={"depth": 1, "hidden_size": 16, "intermediate_size": 16, "num_heads": 2,
                        "out_hidden_size": text_hidden, "fullatt_block_indexes": [0]},
-        image_token_id=tokenizer.convert_tokens_to_ids("<|image_pad|>"),
-        video_token_id=tokenizer.convert_tokens_to_ids("<|video_pad|>"),
-        vision_start_token_id=tokenizer.convert_tokens_to_ids("<|vision_start|>"),
-        vision_end_token_id=tokenizer.convert_tokens_to_ids("<|vision_end|>"),
+        **_vision_token_ids(tokenizer),
     )
     torch.manual_seed(seed)
     text_encoder = Qwen2_5_VLForConditionalGeneration(config).eval()

@@ -1,8 +1,8 @@
 """Regional-compilation check: ``compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)``.
 
-    HF_NEURON_SIMULATOR=1 python -m hf_neuron.diffusers.compile_check --classes SD3Transformer2DModel --out r.json
+    HF_NEURON_SIMULATOR=1 python -m hf_neuron.compat.diffusers.compile_check --classes SD3Transformer2DModel --out r.json
 
-For each class: the tiny model (``hf_neuron.diffusers.testing``) runs a 4-step "denoising loop" (same
+For each class: the tiny model (``hf_neuron.testing.tiny_diffusers``) runs a 4-step "denoising loop" (same
 shapes, a different timestep each step) eagerly on CPU, then on the neuron device with its repeated
 blocks compiled. Recorded per class: the distinct block classes compiled, graphs compiled at the first
 step (one per distinct block structure and input shape), graphs compiled by the later steps (must
@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-import traceback
 
 import torch
 
-from hf_neuron.diffusers.testing import TINY, TinySpec, output_tensors
+from hf_neuron.compat.diffusers.records import checking
+from hf_neuron.testing.graphs import count_graphs
+from hf_neuron.testing.tiny_diffusers import TINY, TinySpec, output_tensors
 
 STEPS = 4
 ATOL = 1e-5
@@ -48,12 +48,9 @@ def _forward(model, inputs) -> list[torch.Tensor]:
 
 
 def check_class(class_name: str, device: str = "neuron", steps: int = STEPS) -> dict:
-    from hf_neuron.simulator import graph_log
-
     spec = TINY[class_name]
     record: dict = {"class": class_name, "ok": False}
-    started = time.perf_counter()
-    try:
+    with checking(record):
         model = spec.build()
         references = [_forward(model, step_inputs(spec, k)) for k in range(steps)]
         record["block_classes"] = compiled_block_classes(model)
@@ -66,9 +63,9 @@ def check_class(class_name: str, device: str = "neuron", steps: int = STEPS) -> 
         torch._dynamo.reset()
         model.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)
         worst = 0.0
-        with graph_log.count_graphs() as first:
+        with count_graphs() as first:
             outputs = _forward(model, step_inputs(spec, 0, device))
-        with graph_log.count_graphs() as later:
+        with count_graphs() as later:
             all_outputs = [outputs] + [_forward(model, step_inputs(spec, k, device)) for k in range(1, steps)]
         for reference, result in zip(references, all_outputs):
             for ref, out in zip(reference, result):
@@ -81,12 +78,6 @@ def check_class(class_name: str, device: str = "neuron", steps: int = STEPS) -> 
             max_abs_diff=worst,
         )
         record["ok"] = later.count == 0 and first.count >= 1 and record["graph_status"] == ["compiled"]
-    except Exception as exc:  # reported per class
-        record["error"] = f"{type(exc).__name__}: {exc}"[:1500]
-        record["traceback"] = traceback.format_exc()[-3000:]
-    finally:
-        torch._dynamo.reset()
-    record["seconds"] = round(time.perf_counter() - started, 2)
     return record
 
 

@@ -1,5 +1,5 @@
-"""The generation workload that measures bounded graphs (issue 3), shared by the tests and
-``benchmarks/generation_graphs.py``.
+"""The generation workload that measures how many graphs greedy generation compiles, shared by the
+tests and ``benchmarks/generation_graphs.py``.
 
 8 greedy prompts of 20-140 tokens, ``max_cache_len=256``, ``prefill_chunk_size=32``, 16 new
 tokens, run one batch at a time (batch size 1: 8 calls; batch size 4: 2 calls, left padded to the

@@ -1,7 +1,7 @@
 """Tiny random configurations of diffusers transformer classes, with matching forward inputs.
 
-Shared by the tensor-parallel check (:mod:`hf_neuron.diffusers.tp_check`), the regional-compilation
-check, the benchmark and the example script. Every config has 2 repeated blocks (of each kind), a
+Shared by the diffusers compatibility checks (:mod:`hf_neuron.compat.diffusers`), the adapter tests,
+the benchmark and the example script. Every config has 2 repeated blocks (of each kind), a
 hidden size of a few dozen and an even head count, so TP=2 splits whole heads.
 """
 

@@ -2,13 +2,13 @@
 
 import pytest
 
-from hf_neuron import fixes
+from hf_neuron.patching import registry as fixes
 
 
 @pytest.fixture(autouse=True)
-def isolated_registry(monkeypatch):
-    monkeypatch.setattr(fixes, "_FIXES", {})
-    monkeypatch.setattr(fixes, "_warned_unknown", set())
+def isolated_registry():
+    with fixes.scratch_registry():
+        yield
 
 
 def test_registry_applies_only_detected_gaps(monkeypatch):
@@ -114,3 +114,26 @@ def _collected(env):
             for f in fixes.all_fixes()
         ],
     }
+
+
+def test_a_fix_waiting_for_a_module_is_decided_when_it_is_imported(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.delenv("HF_NEURON_DISABLE", raising=False)
+    (tmp_path / "hfn_waited_module.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "hfn_waited_module", raising=False)
+    seen = []
+
+    @fixes.fix("test_waiting", "testlib", detect=lambda: sys.modules["hfn_waited_module"].VALUE == 1,
+               waits_for="hfn_waited_module")
+    def waiting():
+        """Changes a module imported later."""
+        seen.append("applied")
+
+    assert fixes.apply_fixes("testlib") == []
+    entry = fixes.get_fix("test_waiting")
+    assert entry.status == fixes.WAITING and "hfn_waited_module" in entry.reason and seen == []
+    import hfn_waited_module  # noqa: F401
+
+    assert entry.status == fixes.APPLIED and seen == ["applied"]

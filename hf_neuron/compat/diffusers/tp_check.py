@@ -1,9 +1,9 @@
 """Tensor-parallel parity check for diffusers transformer classes, run under torchrun.
 
-    HF_NEURON_SIMULATOR=1 torchrun --nproc_per_node=2 -m hf_neuron.diffusers.tp_check \\
+    HF_NEURON_SIMULATOR=1 torchrun --nproc_per_node=2 -m hf_neuron.compat.diffusers.tp_check \\
         --classes SD3Transformer2DModel,WanTransformer3DModel --out results.json
 
-For each class, every rank builds the same seeded tiny model (``hf_neuron.diffusers.testing``) and
+For each class, every rank builds the same seeded tiny model (``hf_neuron.testing.tiny_diffusers``) and
 computes the unsharded (TP=1) output on CPU; then the model is sharded both ways diffusers supports —
 ``enable_parallelism(config=TensorParallelConfig(mesh=...))`` on the model in memory, and
 ``from_pretrained(dir, parallel_config=...)`` from a tiny checkpoint rank 0 saved — run on each rank's
@@ -19,10 +19,11 @@ import os
 import shutil
 import tempfile
 import time
-import traceback
 
 import torch
 import torch.distributed as dist
+
+from hf_neuron.compat.diffusers.records import checking, failure
 
 ATOL = 1e-5
 RTOL = 1e-4
@@ -62,17 +63,26 @@ def sharded_fraction(model: torch.nn.Module) -> float:
 
 
 def _run(model, inputs) -> list[torch.Tensor]:
-    from hf_neuron.diffusers.testing import output_tensors
+    from hf_neuron.testing.tiny_diffusers import output_tensors
 
     with torch.no_grad():
         output = model(**inputs, return_dict=False)
     return output_tensors(output)
 
 
+def _sharded(spec, mesh, device):
+    """The tiny model built on the host, sharded in memory over ``mesh``, then moved to ``device``."""
+    from diffusers import TensorParallelConfig
+
+    model = spec.build()
+    model.enable_parallelism(config=TensorParallelConfig(mesh=mesh))
+    return model.to(device)
+
+
 def check_class(class_name: str, mesh, device, workdir: str, modes: list[str]) -> dict:
     from diffusers import TensorParallelConfig
 
-    from hf_neuron.diffusers.testing import TINY
+    from hf_neuron.testing.tiny_diffusers import TINY
 
     spec = TINY[class_name]
     record: dict = {"class": class_name}
@@ -81,59 +91,45 @@ def check_class(class_name: str, mesh, device, workdir: str, modes: list[str]) -
         reference_model = spec.build()
         reference = [t.detach().float().cpu() for t in _run(reference_model, spec.inputs())]
     except Exception as exc:  # a broken tiny spec, not a TP failure
-        record.update(ok=False, error=f"reference (TP=1) run failed: {type(exc).__name__}: {exc}"[:2000],
-                      traceback=traceback.format_exc()[-3000:])
+        record.update(failure(exc), ok=False)
+        record["error"] = f"reference (TP=1) run failed: {record['error']}"
         return record
     device_inputs = spec.inputs(device=device)
 
     if "memory" in modes:
-        try:
-            model = spec.build()
-            model.enable_parallelism(config=TensorParallelConfig(mesh=mesh))
-            model.to(device)
+        record["memory"] = memory = {"ok": False}
+        with checking(memory):
+            model = _sharded(spec, mesh, device)
             record["sharded_fraction"] = round(sharded_fraction(model), 3)
-            record["memory"] = {"ok": True, "max_abs_diff": _max_diff(reference, _run(model, device_inputs))}
-        except Exception as exc:  # recorded per class, the loop goes on
-            record["memory"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
-                                "traceback": traceback.format_exc()[-3000:]}
+            memory.update(ok=True, max_abs_diff=_max_diff(reference, _run(model, device_inputs)))
 
     if "compiled" in modes:
-        # The seed recipe: the sharded model with its repeated blocks compiled for the neuron backend.
-        try:
-            from hf_neuron.diffusers.compile_check import step_inputs
-            from hf_neuron.simulator import graph_log
+        # Sharding and regional compilation together, as a large pipeline runs on Trainium.
+        record["compiled"] = compiled = {"ok": False}
+        with checking(compiled):
+            from hf_neuron.compat.diffusers.compile_check import step_inputs
+            from hf_neuron.testing.graphs import count_graphs
 
-            model = spec.build()
-            model.enable_parallelism(config=TensorParallelConfig(mesh=mesh))
-            model.to(device)
+            model = _sharded(spec, mesh, device)
             torch._dynamo.reset()
             model.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)
-            with graph_log.count_graphs() as first:
+            with count_graphs() as first:
                 worst = _max_diff(reference, _run(model, device_inputs))
-            with graph_log.count_graphs() as later:
+            with count_graphs() as later:
                 _run(model, step_inputs(spec, 1, device))
-            record["compiled"] = {
-                "ok": later.count == 0, "max_abs_diff": worst,
-                "graphs_first_step": first.count, "graphs_later_steps": later.count,
-            }
-        except Exception as exc:
-            record["compiled"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
-                                  "traceback": traceback.format_exc()[-3000:]}
-        finally:
-            torch._dynamo.reset()
+            compiled.update(ok=later.count == 0, max_abs_diff=worst, graphs_first_step=first.count,
+                            graphs_later_steps=later.count)
 
     if "pretrained" in modes:
         path = os.path.join(workdir, class_name)
-        try:
+        record["pretrained"] = pretrained = {"ok": False}
+        with checking(pretrained):
             if dist.get_rank() == 0:
                 reference_model.save_pretrained(path)
             dist.barrier()
             model = spec.model_class().from_pretrained(path, parallel_config=TensorParallelConfig(mesh=mesh))
             model.to(device)
-            record["pretrained"] = {"ok": True, "max_abs_diff": _max_diff(reference, _run(model, device_inputs))}
-        except Exception as exc:
-            record["pretrained"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
-                                    "traceback": traceback.format_exc()[-3000:]}
+            pretrained.update(ok=True, max_abs_diff=_max_diff(reference, _run(model, device_inputs)))
     record["ok"] = all(record[m]["ok"] for m in modes)
     record["seconds"] = round(time.perf_counter() - started, 2)
     return record
@@ -174,7 +170,7 @@ def main(argv=None) -> int:
     import diffusers  # noqa: F401  (activates the adapter)
     from torch.distributed.device_mesh import init_device_mesh
 
-    from hf_neuron.diffusers.testing import TINY
+    from hf_neuron.testing.tiny_diffusers import TINY
 
     if device_type == "cpu":
         _allow_cpu_mesh()

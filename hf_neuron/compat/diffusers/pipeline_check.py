@@ -1,11 +1,11 @@
 """Tiny pipelines on the neuron device against CPU, eager and with repeated-block compilation.
 
-    HF_NEURON_SIMULATOR=1 python -m hf_neuron.diffusers.pipeline_check --families qwenimage,wan,chroma --out r.json
+    HF_NEURON_SIMULATOR=1 python -m hf_neuron.compat.diffusers.pipeline_check --families qwenimage,wan,chroma --out r.json
 
-For each family of :mod:`hf_neuron.diffusers.tiny_pipelines`: the whole pipeline runs on CPU (the
+For each family of :mod:`hf_neuron.testing.tiny_pipelines`: the whole pipeline runs on CPU (the
 reference); then the transformer and the VAE move to the device while the text encoder stays on
-CPU (embeddings computed there and moved, as in the seed recipe), and the same seeded generation
-runs eagerly, then with ``compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)``
+CPU (embeddings computed there and moved, as ``scripts/diffusers_tp_example.py`` does), and the same
+seeded generation runs eagerly, then with ``compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)``
 — twice, the second generation compiling no new graph.
 """
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-import traceback
 
 import torch
 
-from hf_neuron.diffusers.tiny_pipelines import FAMILIES
+from hf_neuron.compat.diffusers.records import checking
+from hf_neuron.testing.graphs import count_graphs
+from hf_neuron.testing.tiny_pipelines import FAMILIES
 
 PROMPT = "a small red fox in the snow"
 STEPS = 4
@@ -42,16 +42,13 @@ def _diff(reference: torch.Tensor, result: torch.Tensor) -> float:
 
 
 def check_family(name: str, device: str = "neuron", steps: int = STEPS, compile: bool = True) -> dict:
-    from hf_neuron.simulator import graph_log
-
     family = FAMILIES[name]
     record: dict = {"family": name, "ok": False}
     missing = family.missing_requirements()
     if missing:
         record["skipped"] = f"needs {', '.join(missing)}"
         return record
-    started = time.perf_counter()
-    try:
+    with checking(record):
         pipe = family.build()
         pipe.set_progress_bar_config(disable=True)
         embeds = family.embeds(pipe, PROMPT)  # text encoder on CPU
@@ -68,18 +65,12 @@ def check_family(name: str, device: str = "neuron", steps: int = STEPS, compile:
         if compile:
             torch._dynamo.reset()
             pipe.transformer.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)
-            with graph_log.count_graphs() as first:
+            with count_graphs() as first:
                 record["compiled_max_abs_diff"] = _diff(reference, _generate(pipe, family, embeds, steps))
-            with graph_log.count_graphs() as again:
+            with count_graphs() as again:
                 _generate(pipe, family, embeds, steps)
             record.update(compiled=True, graphs=first.count, graphs_second_generation=again.count)
         record["ok"] = not compile or record["graphs_second_generation"] == 0
-    except Exception as exc:  # reported per family
-        record["error"] = f"{type(exc).__name__}: {exc}"[:1500]
-        record["traceback"] = traceback.format_exc()[-3000:]
-    finally:
-        torch._dynamo.reset()
-    record["seconds"] = round(time.perf_counter() - started, 2)
     return record
 
 
