@@ -10,6 +10,14 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# The tests state the simulated machine they expect (a trn2 chip: 4 logical cores of 24 GiB) and
+# whether hf_neuron is on; a user's own settings must not change what they check. Cleared before
+# `import torch`, which installs the device. Subprocesses the tests start inherit the cleared set.
+ISOLATED_PREFIXES = ("HF_NEURON_SIM_", "NEURON_")
+ISOLATED_NAMES = ("HF_NEURON_DISABLE",)
+for _name in [n for n in os.environ if n.startswith(ISOLATED_PREFIXES) or n in ISOLATED_NAMES]:
+    del os.environ[_name]
+
 import torch  # noqa: E402
 
 from hf_neuron.simulator import install  # noqa: E402

@@ -2,32 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-import torch
-
-CONV_GAP = "convolution_overrideable"
-
-
-@functools.lru_cache(maxsize=None)
-def device_has_conv() -> bool:
-    """Whether the (simulated) neuron device runs aten::convolution (the simulator does not yet)."""
-    try:
-        x = torch.ones(1, 1, 3, 3, device="neuron")
-        torch.nn.functional.conv2d(x, torch.ones(1, 1, 1, 1, device="neuron"))
-        return True
-    except NotImplementedError:
-        return False
-
-
-def hit_conv_gap(record: dict) -> bool:
-    return CONV_GAP in json.dumps(record, default=str)
-
 
 def run_torchrun(module: str, *args: str, timeout: int = 900) -> None:
     """``torchrun --standalone --nproc_per_node=2 -m module args`` with the simulator on in every worker."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
-import types
 
 import diffusers  # noqa: F401  (activates the adapter)
 import pytest

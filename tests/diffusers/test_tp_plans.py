@@ -2,8 +2,6 @@
 
 One torchrun launch (2 ranks, backend "neuron" on the simulator) checks every class of
 ``hf_neuron.testing.tiny_diffusers.TINY`` through ``enable_parallelism`` and ``from_pretrained(parallel_config=)``.
-Where the simulator cannot run a class yet (no aten::convolution), a second launch proves the plan on
-CPU with gloo and the test is reported as xfail, naming the gap.
 """
 
 from __future__ import annotations
@@ -13,37 +11,24 @@ import pytest
 from hf_neuron.diffusers.plan_registry import PLANS
 from hf_neuron.testing.tiny_diffusers import TINY
 
-from diffusers_adapter_helpers import hit_conv_gap, load_records, run_torchrun
+from diffusers_adapter_helpers import load_records, run_torchrun
 
 
 @pytest.fixture(scope="module")
 def tp_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("tp") / "neuron.json"
     run_torchrun("hf_neuron.compat.diffusers.tp_check", "--device", "neuron", "--out", str(out))
-    records = load_records(out)
-    blocked = [name for name, record in records.items() if not record["ok"] and hit_conv_gap(record)]
-    cpu = {}
-    if blocked:
-        cpu_out = out.with_name("cpu.json")
-        run_torchrun("hf_neuron.compat.diffusers.tp_check", "--device", "cpu", "--classes", ",".join(blocked),
-                     "--out", str(cpu_out))
-        cpu = load_records(cpu_out)
-    return records, cpu
+    return load_records(out)
 
 
 def test_every_plan_has_a_tiny_proof():
     assert set(PLANS) <= set(TINY), sorted(set(PLANS) - set(TINY))
-    assert len(PLANS) >= 24
+    assert len(PLANS) >= 30  # the README's figure
 
 
 @pytest.mark.parametrize("class_name", sorted(PLANS))
 def test_tp2_equals_tp1(tp_results, class_name):
-    records, cpu = tp_results
-    record = records[class_name]
-    if not record["ok"] and hit_conv_gap(record):
-        fallback = cpu[class_name]
-        assert fallback["ok"], fallback
-        pytest.xfail("the simulated device has no aten::convolution yet; TP=2 == TP=1 proven on CPU/gloo")
+    record = tp_results[class_name]
     assert record["ok"], {k: v for k, v in record.items()}
     for mode in ("memory", "pretrained"):
         assert record[mode]["max_abs_diff"] <= 1e-5

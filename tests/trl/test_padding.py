@@ -14,7 +14,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 
 from hf_neuron.patching import get_fix, upstream_behaviour
 from hf_neuron.trl import padding
@@ -225,6 +224,3 @@ def test_backport_on_oldest_supported_trl(oldest_trl):
     upstream_only = _run_old_trl(oldest_trl, disable=True)
     assert all(upstream_only[name] == [None, 64] for _, name in CONFIGS), upstream_only
 
-
-def test_neuron_device_is_simulated_or_real():
-    assert torch.neuron.is_available()
