@@ -1,8 +1,8 @@
 """Wires each library adapter to the import of its library, only where a neuron device exists.
 
 Each adapter package (``hf_neuron.transformers``, ``hf_neuron.trl``, ``hf_neuron.diffusers``)
-exposes ``activate()``, which registers its fixes and applies them with
-``hf_neuron.patching.apply_fixes``.
+exposes ``register()``, which declares its fixes; :func:`activate` registers them and applies them
+with ``hf_neuron.patching.apply_fixes``.
 
 Like a platform plugin, hf_neuron leaves a process without a neuron device exactly as released:
 no import hook is installed, nothing is patched, nothing is printed. A device is there when the
@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from hf_neuron.patching import adapters_disabled, when_imported
+from hf_neuron.patching import adapters_disabled, apply_fixes, when_imported
 
 ADAPTERS = {
     "transformers": "hf_neuron.transformers",
@@ -37,16 +37,22 @@ def neuron_device_available() -> bool:
         return False
 
 
-def _activate(library: str, adapter_module: str):
+def _activate(library: str):
     def callback(_library_module) -> None:
         if not neuron_device_available():
             return
         from hf_neuron.versions import warn_if_unverified
 
         warn_if_unverified(library)
-        importlib.import_module(adapter_module).activate()
+        activate(library)
 
     return callback
+
+
+def activate(library: str) -> None:
+    """Declare the fixes of ``library``'s adapter and apply those whose gap exists (idempotent)."""
+    importlib.import_module(ADAPTERS[library]).register()
+    apply_fixes(library)
 
 
 def install() -> None:
@@ -55,5 +61,5 @@ def install() -> None:
     if _installed or adapters_disabled():
         return
     _installed = True
-    for library, adapter in ADAPTERS.items():
-        when_imported(library, _activate(library, adapter))
+    for library in ADAPTERS:
+        when_imported(library, _activate(library))

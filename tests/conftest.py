@@ -4,6 +4,7 @@ Where a real torch-neuronx is installed this stays off and the same tests run on
 """
 
 import os
+import sys
 
 import pytest
 
@@ -44,3 +45,24 @@ def static_shapes():
     """
     with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
         yield
+
+
+@pytest.fixture
+def scratch_modules(tmp_path, monkeypatch):
+    """``write("pkg/mod.py", source)``: a throw-away module on its own path entry, importable as
+    ``pkg.mod``; every module written is dropped from ``sys.modules`` before and after the test."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names = []
+
+    def write(relative_path: str, source: str):
+        path = tmp_path / relative_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+        name = relative_path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        sys.modules.pop(name, None)
+        names.append(name)
+        return path
+
+    yield write
+    for name in names:
+        sys.modules.pop(name, None)

@@ -54,7 +54,7 @@ def collect() -> dict:
         except Exception as exc:
             info.setdefault("errors", []).append(f"transformers fixes: {exc!r}")
     else:  # list what would be applied; nothing is patched in a process without a neuron device
-        for library, adapter in ADAPTERS.items():
+        for adapter in ADAPTERS.values():
             importlib.import_module(adapter).register()
         for f in patching.all_fixes():
             if not f.decided:

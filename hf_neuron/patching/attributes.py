@@ -100,9 +100,10 @@ _disabled: set[str] = set()
 
 
 def _site(owner: Any, attr: str, mapping: bool) -> _Site:
+    # A site holds its owner, so the owner's id cannot be reused while the site exists.
     key = (id(owner), attr, mapping)
     site = _sites.get(key)
-    if site is None or site.owner is not owner:
+    if site is None:
         site = _sites[key] = _Site(owner, attr, mapping)
     return site
 
@@ -134,7 +135,7 @@ def original(owner: Any, attr: str, *, mapping: bool = False) -> Any:
     """The upstream value of ``owner.attr`` (``owner[attr]``): the recorded original when patched."""
     with _lock:
         site = _sites.get((id(owner), attr, mapping))
-        if site is not None and site.owner is owner:
+        if site is not None:
             value = site.upstream_value()
             return None if value is _MISSING else value
     if mapping:
@@ -146,7 +147,7 @@ def is_patched(owner: Any, attr: str, name: str | None = None) -> bool:
     """Whether ``owner.attr`` carries a change (of ``name``, when given)."""
     with _lock:
         site = _sites.get((id(owner), attr, False))
-        if site is None or site.owner is not owner:
+        if site is None:
             return False
         names = {n for n, _ in site.wrappers} | ({site.replacement[0]} if site.replacement else set())
         return bool(names) if name is None else name in names

@@ -108,9 +108,8 @@ def unknown_fixes() -> list[Fix]:
 
 def mark_closed(name: str, reason: str) -> None:
     """Record that upstream closes the gap of ``name`` (for fixes decided outside their detector)."""
-    entry = _FIXES.get(name)
-    if entry is not None:
-        entry.status, entry.reason = CLOSED, reason
+    if name in _FIXES:
+        set_status(name, CLOSED, reason)
 
 
 def _mark_unknown(entry: Fix, what: str, exc: BaseException) -> None:
@@ -192,17 +191,12 @@ def apply_fixes(library: str) -> list[Fix]:
 
     A fix that waits for a module is decided when that module has been imported (now, if it is).
     """
-    if adapters_disabled():
-        for entry in _FIXES.values():
-            if entry.library == library and not entry.decided:
-                entry.status, entry.reason = DISABLED, "HF_NEURON_DISABLE=1"
-        return []
     applied = []
     for entry in list(_FIXES.values()):
         if entry.library != library or entry.decided:
             continue
-        if entry.waits_for is None:
-            decide(entry)
+        if entry.waits_for is None or adapters_disabled():
+            decide(entry)  # under HF_NEURON_DISABLE: marked disabled, no import hook installed
         else:
             _decide_when_imported(entry)
         if entry.active:

@@ -1,8 +1,8 @@
 """Transformers adapter: unchanged Transformers code runs well on a neuron device.
 
-``activate()`` is called when ``transformers`` is imported (see ``hf_neuron.adapters``). Each
-adaptation is a named fix (``hf-neuron env`` lists them); it is applied when the Transformers
-submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies none.
+``register()`` declares the fixes; ``hf_neuron.adapters`` applies them when ``transformers`` is
+imported. Each adaptation is a named fix (``hf-neuron env`` lists them); it is applied when the
+Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies none.
 
 - :mod:`.generation`: generate() compiles two graphs per (batch size, max_cache_len) and gets
   Neuron defaults (static cache, max_cache_len, prefill chunking, "neuron" compile config).
@@ -34,26 +34,17 @@ def register() -> None:
         importlib.import_module(f"{__name__}.{name}")
 
 
-def activate() -> None:
-    """Register the Transformers fixes and apply those whose target module is imported (idempotent)."""
-    from hf_neuron.patching import apply_fixes
-
-    register()
-    apply_fixes("transformers")
-
-
 def import_fix_targets() -> None:
     """Import every Transformers submodule a fix changes, so that all fixes are decided and applied."""
     from hf_neuron.patching import import_targets
 
-    activate()
+    register()
     import_targets("transformers")
 
 
 __all__ = [
     "DEFAULT_MAX_CACHE_LEN",
     "DEFAULT_PREFILL_CHUNK_SIZE",
-    "activate",
     "generation_padding_kwargs",
     "import_fix_targets",
     "register",

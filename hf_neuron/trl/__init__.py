@@ -1,7 +1,8 @@
 """TRL adapter: what TRL's trainers need to train well on Neuron, as named fixes.
 
-``activate()`` runs when ``trl`` is imported (``hf_neuron.adapters``). TRL loads its trainers lazily,
-so each fix waits for the TRL module it changes to be imported; nothing here imports a trainer.
+``register()`` declares the fixes; ``hf_neuron.adapters`` applies them when ``trl`` is imported. TRL
+loads its trainers lazily, so each fix waits for the TRL module it changes to be imported; nothing
+here imports a trainer.
 
 Fixes (``hf-neuron env`` lists them and whether each is active):
 
@@ -24,11 +25,3 @@ from __future__ import annotations
 def register() -> None:
     """Declare the TRL fixes (importing their modules imports nothing from TRL)."""
     from hf_neuron.trl import checkpoints, model_loading, padding, training  # noqa: F401
-
-
-def activate() -> None:
-    """Declare the TRL fixes and apply those whose gap exists (idempotent)."""
-    from hf_neuron.patching import apply_fixes
-
-    register()
-    apply_fixes("trl")

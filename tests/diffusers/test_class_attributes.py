@@ -1,7 +1,6 @@
 """A per-class diffusers fix sets its attribute only while upstream's is empty, and comes off cleanly."""
 
 import importlib
-import sys
 
 import pytest
 
@@ -25,15 +24,13 @@ class Inherits(Shipped):
 
 
 @pytest.fixture
-def fake_models(tmp_path, monkeypatch, request):
+def fake_models(scratch_modules, monkeypatch, request):
     """A module of model classes, under a name of its own per test (import hooks outlive a test)."""
     monkeypatch.delenv("HF_NEURON_DISABLE", raising=False)
     name = f"hfn_fake_models_{request.node.name}"
-    (tmp_path / f"{name}.py").write_text(MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    scratch_modules(f"{name}.py", MODULE)
     with scratch_registry():
         yield name
-    sys.modules.pop(name, None)
 
 
 def _declare(module: str, class_name: str, installed: list) -> None:

@@ -14,14 +14,8 @@ DEFINED_LATER = 1
 """
 
 
-def _write(tmp_path, monkeypatch, name: str, text: str) -> None:
-    (tmp_path / f"{name}.py").write_text(text)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, name, raising=False)
-
-
-def test_callback_runs_after_import(tmp_path, monkeypatch):
-    _write(tmp_path, monkeypatch, "hfn_fake_lib", "VALUE = 41\n")
+def test_callback_runs_after_import(scratch_modules):
+    scratch_modules("hfn_fake_lib.py", "VALUE = 41\n")
     seen = []
     when_imported("hfn_fake_lib", lambda m: seen.append(m.VALUE + 1))
     assert seen == []
@@ -36,19 +30,19 @@ def test_callback_runs_at_once_for_an_imported_module():
     assert seen == ["json"] and is_imported("json")
 
 
-def test_a_module_registering_during_its_own_body_is_handed_over_complete(tmp_path, monkeypatch):
-    _write(tmp_path, monkeypatch, "hfn_probe_body", PROBE)
+def test_a_module_registering_during_its_own_body_is_handed_over_complete(scratch_modules):
+    scratch_modules("hfn_probe_body.py", PROBE)
     import hfn_probe_body
 
     assert hfn_probe_body.seen == []  # deferred: the body was still running at registration
-    _write(tmp_path, monkeypatch, "hfn_probe_next", "X = 1\n")
+    scratch_modules("hfn_probe_next.py", "X = 1\n")
     import hfn_probe_next  # noqa: F401  (any later import delivers it)
 
     assert hfn_probe_body.seen == [True]
 
 
-def test_deferred_callbacks_can_be_delivered_explicitly(tmp_path, monkeypatch):
-    _write(tmp_path, monkeypatch, "hfn_probe_explicit", PROBE)
+def test_deferred_callbacks_can_be_delivered_explicitly(scratch_modules):
+    scratch_modules("hfn_probe_explicit.py", PROBE)
     import hfn_probe_explicit
 
     deliver_finished()
@@ -57,8 +51,8 @@ def test_deferred_callbacks_can_be_delivered_explicitly(tmp_path, monkeypatch):
     assert hfn_probe_explicit.seen == [True]  # once
 
 
-def test_a_failed_import_delivers_nothing(tmp_path, monkeypatch):
-    _write(tmp_path, monkeypatch, "hfn_probe_fails", PROBE + "raise RuntimeError('broken module')\n")
+def test_a_failed_import_delivers_nothing(scratch_modules):
+    scratch_modules("hfn_probe_fails.py", PROBE + "raise RuntimeError('broken module')\n")
     try:
         import hfn_probe_fails  # noqa: F401
     except RuntimeError:
@@ -67,15 +61,10 @@ def test_a_failed_import_delivers_nothing(tmp_path, monkeypatch):
     assert "hfn_probe_fails" not in sys.modules
 
 
-def test_a_submodule_is_handed_over_when_its_import_binds_it_on_the_package(tmp_path, monkeypatch):
+def test_a_submodule_is_handed_over_when_its_import_binds_it_on_the_package(scratch_modules):
     """No later import needed: `from trl import SFTConfig` must get the patched class at once."""
-    package = tmp_path / "hfn_probe_pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "config.py").write_text(PROBE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("hfn_probe_pkg", "hfn_probe_pkg.config"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
+    scratch_modules("hfn_probe_pkg/__init__.py", "")
+    scratch_modules("hfn_probe_pkg/config.py", PROBE)
     import hfn_probe_pkg
 
     package_class = type(hfn_probe_pkg)

@@ -116,13 +116,11 @@ def _collected(env):
     }
 
 
-def test_a_fix_waiting_for_a_module_is_decided_when_it_is_imported(tmp_path, monkeypatch):
+def test_a_fix_waiting_for_a_module_is_decided_when_it_is_imported(scratch_modules, monkeypatch):
     import sys
 
     monkeypatch.delenv("HF_NEURON_DISABLE", raising=False)
-    (tmp_path / "hfn_waited_module.py").write_text("VALUE = 1\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "hfn_waited_module", raising=False)
+    scratch_modules("hfn_waited_module.py", "VALUE = 1\n")
     seen = []
 
     @fixes.fix("test_waiting", "testlib", detect=lambda: sys.modules["hfn_waited_module"].VALUE == 1,

@@ -25,15 +25,12 @@ def load(model_id):
 '''
 
 
-def test_source_facts_without_importing(tmp_path, monkeypatch):
-    package = tmp_path / "hfn_src_pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("raise RuntimeError('importing the package is not allowed')\n")
-    (package / "models.py").write_text(SOURCE)
-    monkeypatch.syspath_prepend(str(tmp_path))
+def test_source_facts_without_importing(scratch_modules):
+    scratch_modules("hfn_src_pkg/__init__.py", "raise RuntimeError('importing the package is not allowed')\n")
+    models = scratch_modules("hfn_src_pkg/models.py", SOURCE)
     name = "hfn_src_pkg.models"
 
-    assert module_path(name) == package / "models.py"
+    assert module_path(name) == models
     assert class_assigns(name, "Model", "_tp_plan") is False
     assert class_assigns(name, "Model", "_repeated_blocks") is True
     assert class_assigns(name, "Model", "_no_split") is False
