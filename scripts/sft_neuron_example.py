@@ -17,10 +17,10 @@ local dataset folder, or a single data file (``.json``/``.jsonl``/``.parquet``/.
 ``messages`` column (a list of ``{"role", "content"}``); the other columns are dropped.
 Without TP_SIZE/FSDP_SIZE, all processes do FSDP (TP_SIZE=1, FSDP_SIZE=WORLD_SIZE).
 
-Neuron compiles one graph per input shape, so the defaults keep shapes few: packed batches all have
-``max_length`` tokens, unpacked ones a multiple of 128 (hf_neuron's TRL adapter), and the last,
-smaller batch of an epoch is dropped (``--dataloader_drop_last false`` keeps it). The final model is
-written to a staging folder inside ``--output_dir`` and moved in once complete.
+Neuron compiles one graph per input shape; hf_neuron's adapters keep the shapes few without any line
+here: packed batches all have ``max_length`` tokens, unpacked ones a multiple of 128, and the last,
+smaller batch of an epoch is padded to the full batch with rows that train nothing. The final model
+is written to a staging folder inside ``--output_dir`` and moved in once complete.
 """
 
 from __future__ import annotations
@@ -30,16 +30,9 @@ import shutil
 import sys
 from pathlib import Path
 
-import torch
 from datasets import load_dataset
 from transformers import AutoConfig, DistributedConfig
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser, get_peft_config
-
-# Each distinct input shape is a new Neuron compile, and the recompile Dynamo makes after a second shape
-# is symbolic (which the Neuron backend rejects): keep every training graph static.
-torch._dynamo.config.automatic_dynamic_shapes = False
-# Asynchronous weight loading can hang sharded loading on Neuron (trl#5125).
-os.environ.setdefault("HF_DEACTIVATE_ASYNC_LOAD", "1")
 
 MESSAGES_COLUMN = "messages"
 
@@ -151,8 +144,6 @@ def save_model_atomically(trainer: SFTTrainer, output_dir: str) -> None:
 
 def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, SFTConfig, ModelConfig]:
     parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
-    # The last, smaller batch of an epoch has a shape of its own: on Neuron, one more compile.
-    parser.set_defaults(dataloader_drop_last=True)
     return parser.parse_args_and_config(args=argv)
 
 

@@ -28,6 +28,7 @@ from hf_neuron.patching.registry import (
     get_fix,
     import_targets,
     mark_closed,
+    mark_unknown,
     set_status,
     unknown_fixes,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "is_imported",
     "is_patched",
     "mark_closed",
+    "mark_unknown",
     "original",
     "replace",
     "set_status",

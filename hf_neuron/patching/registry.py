@@ -86,7 +86,7 @@ def fix(name: str, library: str, detect: Callable[[], object], *, waits_for: str
     """
 
     def register(apply: Callable[[], None]) -> Callable[[], None]:
-        gap = (apply.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        gap = " ".join((apply.__doc__ or "").strip().split("\n\n")[0].split())
         _FIXES[name] = Fix(name=name, library=library, gap=gap, detect=detect, apply=apply, waits_for=waits_for)
         return apply
 
@@ -110,6 +110,12 @@ def mark_closed(name: str, reason: str) -> None:
     """Record that upstream closes the gap of ``name`` (for fixes decided outside their detector)."""
     if name in _FIXES:
         set_status(name, CLOSED, reason)
+
+
+def mark_unknown(name: str, what: str, exc: BaseException) -> None:
+    """Record that ``what`` (a check made after detection, e.g. at first use) could not decide ``name``:
+    the fix is not applied, a warning is logged once and ``hf-neuron env --check`` fails."""
+    _mark_unknown(_FIXES[name], what, exc)
 
 
 def _mark_unknown(entry: Fix, what: str, exc: BaseException) -> None:

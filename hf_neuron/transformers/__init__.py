@@ -9,6 +9,9 @@ Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies n
 - :mod:`.cache`: sliding-window static cache bookkeeping without a Python int guard.
 - :mod:`.placement`, :mod:`.loading`: ``device_map`` on neuron devices, synchronous loading.
 - :mod:`.tensor_parallel`: ``DistributedConfig(tp_size=N)`` generation that compiles on Neuron.
+- :mod:`.training_batches`: a Trainer's short last batch padded to the full batch size on Neuron.
+- :mod:`.evaluation`: evaluations during compiled training run the compiled model on Neuron.
+- :mod:`.checkpointing`: compiled activation checkpointing saves random ops (attention) on Neuron.
 - :mod:`.tokenization`: prompts left padded to a multiple of the prefill chunk size.
 """
 
@@ -25,7 +28,9 @@ from hf_neuron.transformers.generation import (
 from hf_neuron.transformers.tokenization import generation_padding_kwargs, tokenize_chats, tokenize_prompts
 
 # Modules whose import registers fixes (importing them does not import Transformers submodules).
-FIX_MODULES = ("generation", "cache", "placement", "loading", "tensor_parallel")
+FIX_MODULES = (
+    "generation", "cache", "placement", "loading", "tensor_parallel", "checkpointing", "training_batches", "evaluation",
+)
 
 
 def register() -> None:

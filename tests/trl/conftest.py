@@ -27,24 +27,27 @@ def chat_dataset(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def sft_runs(tiny_model_dir, chat_dataset, tmp_path_factory):
-    """``sft_runs(name, **overrides)``: run the example script once per name (cached for the session)."""
+    """``sft_runs(name, layout=..., script=..., recipe=..., env=..., **overrides)``: run the example script (or
+    ``script``, a user's script with the announcement recipe's structure) once per name, cached for the
+    session. ``recipe`` gives the base flags (``RECIPE``: 3 steps), ``overrides`` change them."""
     from trl_sft_helpers import base_args, read_results, run_worker
 
     root = tmp_path_factory.mktemp("sft-runs")
     cache = {}
 
-    def run(name: str, layout: str = "single", **overrides):
+    def run(name: str, layout: str = "single", script=None, recipe=None, env=None, **overrides):
         if name not in cache:
             nproc, tp, fsdp = LAYOUTS[layout]
             dataset = overrides.pop("dataset", chat_dataset)
             dp = nproc // tp
-            args = dict(RECIPE, per_device_train_batch_size=GLOBAL_BATCH // dp)
+            args = dict(RECIPE if recipe is None else recipe)
+            args.setdefault("per_device_train_batch_size", GLOBAL_BATCH // dp)
             args.update(overrides)
             out, results = root / name / "model", root / name / "results"
-            proc = run_worker(
-                nproc, base_args(tiny_model_dir, dataset, out, **args), results,
-                env={"TP_SIZE": str(tp), "FSDP_SIZE": str(fsdp)},
-            )
+            run_env = {"TP_SIZE": str(tp), "FSDP_SIZE": str(fsdp), **(env or {})}
+            if script is not None:
+                run_env["TRL_SFT_USER_SCRIPT"] = str(script)
+            proc = run_worker(nproc, base_args(tiny_model_dir, dataset, out, **args), results, env=run_env)
             assert proc.returncode == 0, f"{name} failed:\n{proc.stderr[-6000:]}"
             cache[name] = {"out": out, "results": read_results(results), "result_dir": results}
         return cache[name]

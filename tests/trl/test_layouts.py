@@ -17,7 +17,6 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 LOSS_TOLERANCE = 1e-3
 
 DISTRIBUTED = [name for name in LAYOUTS if name != "single"]
-TENSOR_PARALLEL = {name for name, (_, tp, _) in LAYOUTS.items() if tp > 1}
 
 
 @pytest.fixture(scope="module")
@@ -53,29 +52,13 @@ def test_batches_have_one_shape(runs, layout):
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_graphs_stop_after_the_first_steps(runs, layout):
-    """No compile after step 2 in any layout (TP: see the next test for step 2)."""
+    """No compile after step 2 in any layout."""
     for result in runs[layout]["results"].values():
         graphs = result["graphs_after_step"]
         assert graphs[1:] == [graphs[1]] * (len(graphs) - 1), graphs
 
 
-@pytest.mark.parametrize(
-    "layout",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="transformers' replicated_with_grad_allreduce TP style (Qwen3 q_norm/k_norm) registers its "
-                "gradient hooks at the first forward, and Dynamo recompiles the decoder graph at step 2 on "
-                "its `is_already_hooked` dict guard: a transformers-level gap, reported",
-            ),
-        )
-        if name in TENSOR_PARALLEL
-        else name
-        for name in LAYOUTS
-    ],
-)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_one_graph_set_for_the_run(runs, layout):
     for result in runs[layout]["results"].values():
         graphs = result["graphs_after_step"]

@@ -4,6 +4,7 @@ before anything is loaded onto a device or written."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import subprocess
 import sys
 
@@ -104,8 +105,9 @@ def test_command_line_error_is_one_clear_line(tiny_model_dir, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_last_partial_batch_dropped_by_default(script, tiny_model_dir, chat_dataset, tmp_path):
+def test_no_neuron_workaround_in_the_script(script, tiny_model_dir, chat_dataset, tmp_path):
+    """The adapters keep the shapes static: the script keeps TRL's defaults (the last batch is trained)."""
     _, config, _ = script.parse_args(base_args(tiny_model_dir, chat_dataset, tmp_path / "out"))
-    assert config.dataloader_drop_last is True
-    argv = base_args(tiny_model_dir, chat_dataset, tmp_path / "out", dataloader_drop_last="false")
-    assert script.parse_args(argv)[1].dataloader_drop_last is False
+    assert config.dataloader_drop_last is False
+    source = Path(script.__file__).read_text()
+    assert "automatic_dynamic_shapes" not in source and "HF_DEACTIVATE_ASYNC_LOAD" not in source

@@ -45,7 +45,7 @@ def test_unpacked_batches_stay_within_the_128_buckets(sft_runs, long_chat_datase
     max_length = 320
     run = sft_runs(
         "unpacked", dataset=long_chat_dataset, packing="false", max_length=max_length, max_steps=8,
-        per_device_train_batch_size=2, dataloader_drop_last="true",
+        per_device_train_batch_size=2,
     )
     result = run["results"][0]
     shapes = [tuple(b["shape"]) for b in result["batches"]]

@@ -14,15 +14,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "sft_neuron_example.py"
+# The announcement's SFT script, byte for byte as users copy it.
+USER_RECIPE = Path(__file__).with_name("recipes") / "sft_neuron_example.py"
+# The line of the recipe that a user who never read about Neuron's static shapes would not write.
+DYNAMIC_SHAPES_LINE = "    torch._dynamo.config.automatic_dynamic_shapes = False\n"
 WORKER = Path(__file__).with_name("trl_sft_worker.py")
 
 # The announcement's SFT recipe scaled down: packing wrapped, torch_compile, bf16; the same global batch of 4
 # sequences in every layout. max_length 192 is not a multiple of 128: full packs would pad to 256
 # and the remainder packs to 128 without `trl.pad_packed_to_max_length`.
 GLOBAL_BATCH = 4
-# Activation checkpointing off: under torch.compile, checkpointed SDPA saves the host RNG state, a
-# tensor of symbolic size that the simulated backend rejects as a dynamic shape (reported).
-RECIPE = dict(max_length=192, max_steps=3, gradient_checkpointing="false")
+RECIPE = dict(max_length=192, max_steps=3)
 LAYOUTS = {  # name: (processes, TP_SIZE, FSDP_SIZE)
     "single": (1, 1, 1),
     "tp2": (2, 2, 1),
@@ -111,6 +113,49 @@ def base_args(model_dir, dataset, output_dir, **overrides) -> list[str]:
     for key, value in args.items():
         argv += [f"--{key}", value]
     return argv
+
+
+def user_script_without_static_shapes(folder: Path) -> Path:
+    """The recipe without its ``automatic_dynamic_shapes = False`` line (and that line's comment)."""
+    text = USER_RECIPE.read_text()
+    assert DYNAMIC_SHAPES_LINE in text, "the recipe no longer sets automatic_dynamic_shapes: update the tests"
+    lines = [
+        line for line in text.splitlines(keepends=True)
+        if line != DYNAMIC_SHAPES_LINE and "can't compile Dynamo's automatic dynamic shapes" not in line
+    ]
+    path = folder / "sft_user_script.py"
+    path.write_text("".join(lines))
+    return path
+
+
+TRAINER_CALL = """    trainer = SFTTrainer(
+        model=model_args.model_name_or_path,
+        args=training_args,
+        train_dataset=train_dataset,
+    )
+"""
+
+
+def user_script_with_evaluation(folder: Path) -> Path:
+    """The recipe with an evaluation split passed to the trainer, as a user adds one."""
+    text = USER_RECIPE.read_text()
+    assert TRAINER_CALL in text, "the recipe creates its trainer differently: update the tests"
+    text = text.replace(
+        TRAINER_CALL,
+        """    eval_dataset = load_dataset(
+        script_args.dataset_name, name=script_args.dataset_config, split=script_args.dataset_test_split
+    ).select_columns(["messages"])
+    trainer = SFTTrainer(
+        model=model_args.model_name_or_path,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+    )
+""",
+    )
+    path = folder / "sft_user_script_with_eval.py"
+    path.write_text(text)
+    return path
 
 
 def run_worker(nproc: int, argv: list[str], result_dir: Path, env: dict | None = None, timeout: int = 900):

@@ -1,4 +1,8 @@
-"""Worker for the TRL tests: runs ``scripts/sft_neuron_example.py`` unchanged, plus a recorder.
+"""Worker for the TRL tests: runs ``scripts/sft_neuron_example.py`` or a user's script unchanged, plus a recorder.
+
+``$TRL_SFT_USER_SCRIPT``, when set, is a script with the announcement recipe's structure (a
+``main(script_args, training_args, model_args)`` run under ``if __name__ == "__main__"``); it is run
+as its ``__main__`` block does, with the recorder attached to the trainer it creates.
 
 The recorder writes ``rank<R>.json`` into ``$TRL_SFT_RESULT_DIR``: the logged losses, the graphs this
 process compiled after each step, and (rank 0) the full weights the model held when training ended
@@ -38,32 +42,59 @@ def _full_state_dict(model) -> dict[str, torch.Tensor]:
 
 
 BATCHES: list[dict] = []  # per training micro-batch: shape and padding
+EVAL_BATCHES: list[dict] = []  # per evaluation batch
+
+
+def _describe(inputs) -> dict:
+    ids = inputs["input_ids"]
+    mask = inputs.get("attention_mask")
+    real = int(mask.sum()) if mask is not None else ids.numel()
+    labels = inputs.get("labels")
+    ignored_rows = int((labels == -100).all(dim=-1).sum()) if labels is not None else 0
+    return {
+        "shape": list(ids.shape), "pad_tokens": ids.numel() - real, "tokens": ids.numel(), "ignored_rows": ignored_rows,
+    }
 
 
 def record_batches() -> None:
-    """Record the shape and the pad tokens of every batch the SFT trainer trains on."""
+    """Record the shape and the padding of every batch the SFT trainer trains and evaluates on."""
     from trl import SFTTrainer
 
-    original = SFTTrainer.training_step
+    original_training_step = SFTTrainer.training_step
+    original_prediction_step = SFTTrainer.prediction_step
 
     def training_step(self, model, inputs, *args, **kwargs):
-        ids = inputs["input_ids"]
-        mask = inputs.get("attention_mask")
-        real = int(mask.sum()) if mask is not None else ids.numel()
-        BATCHES.append({"shape": list(ids.shape), "pad_tokens": ids.numel() - real, "tokens": ids.numel()})
-        return original(self, model, inputs, *args, **kwargs)
+        BATCHES.append(_describe(inputs))
+        return original_training_step(self, model, inputs, *args, **kwargs)
+
+    def prediction_step(self, model, inputs, *args, **kwargs):
+        EVAL_BATCHES.append(_describe(inputs))
+        return original_prediction_step(self, model, inputs, *args, **kwargs)
 
     SFTTrainer.training_step = training_step
+    SFTTrainer.prediction_step = prediction_step
 
 
 class Recorder(TrainerCallback):
     def __init__(self):
         self.graphs_after_step: list[int] = []
+        self.graphs_after_epoch: list[int] = []
+        self.graphs_after_evaluation: list[int] = []
 
     def on_step_end(self, args, state, control, **kwargs):
         from hf_neuron.simulator import graph_log
 
         self.graphs_after_step.append(graph_log.graph_count())
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        from hf_neuron.simulator import graph_log
+
+        self.graphs_after_epoch.append(graph_log.graph_count())
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        from hf_neuron.simulator import graph_log
+
+        self.graphs_after_evaluation.append(graph_log.graph_count())
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         from hf_neuron.simulator import graph_log
@@ -78,7 +109,12 @@ class Recorder(TrainerCallback):
             "world_size": int(os.environ.get("WORLD_SIZE", "1")),
             "losses": [entry["loss"] for entry in state.log_history if "loss" in entry],
             "graphs_after_step": self.graphs_after_step,
+            "graphs_after_epoch": self.graphs_after_epoch,
+            "graphs_after_evaluation": self.graphs_after_evaluation,
+            "eval_losses": [entry["eval_loss"] for entry in state.log_history if "eval_loss" in entry],
+            "epochs": [entry.get("epoch") for entry in state.log_history if "loss" in entry],
             "batches": BATCHES,
+            "eval_batches": EVAL_BATCHES,
             "graph_inputs": [[shape for shape, _ in r.get("inputs", [])] for r in records],
             "graph_status": [r.get("status") for r in records],
             "trainable": trainable,
@@ -89,8 +125,30 @@ class Recorder(TrainerCallback):
         (RESULT_DIR / f"rank{_rank()}.json").write_text(json.dumps(result))
 
 
+def run_user_script(path: str) -> None:
+    import importlib.util
+
+    from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser
+
+    original_train = SFTTrainer.train
+
+    def train(self, *args, **kwargs):
+        self.add_callback(Recorder())
+        return original_train(self, *args, **kwargs)
+
+    SFTTrainer.train = train
+    spec = importlib.util.spec_from_file_location("user_sft_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
+    module.main(*parser.parse_args_and_config())
+
+
 if __name__ == "__main__":
     record_batches()
-    script = load_script(isolated=False)
-    trainer = script.main(sys.argv[1:], callbacks=[Recorder()])
-    trainer.end()
+    if os.environ.get("TRL_SFT_USER_SCRIPT"):
+        run_user_script(os.environ["TRL_SFT_USER_SCRIPT"])
+    else:
+        script = load_script(isolated=False)
+        trainer = script.main(sys.argv[1:], callbacks=[Recorder()])
+        trainer.end()
