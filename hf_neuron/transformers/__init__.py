@@ -7,10 +7,12 @@ Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies n
 - :mod:`.generation`: generate() compiles two graphs per (batch size, max_cache_len) and gets
   Neuron defaults (static cache, max_cache_len, prefill chunking, "neuron" compile config).
 - :mod:`.cache`: sliding-window static cache bookkeeping without a Python int guard.
+- :mod:`.cache_dtype`: a static cache takes the states of a mixed-precision forward.
 - :mod:`.placement`, :mod:`.loading`: ``device_map`` on neuron devices, synchronous loading.
 - :mod:`.tensor_parallel`: ``DistributedConfig(tp_size=N)`` generation that compiles on Neuron.
 - :mod:`.training_batches`: a Trainer's short last batch padded to the full batch size on Neuron.
 - :mod:`.evaluation`: evaluations during compiled training run the compiled model on Neuron.
+- :mod:`.resume`: checkpoints of models sharded at load time can be resumed on Neuron.
 - :mod:`.checkpointing`: compiled activation checkpointing saves random ops (attention) on Neuron.
 - :mod:`.tokenization`: prompts left padded to a multiple of the prefill chunk size.
 """
@@ -30,6 +32,7 @@ from hf_neuron.transformers.tokenization import generation_padding_kwargs, token
 # Modules whose import registers fixes (importing them does not import Transformers submodules).
 FIX_MODULES = (
     "generation", "cache", "placement", "loading", "tensor_parallel", "checkpointing", "training_batches", "evaluation",
+    "resume", "cache_dtype",
 )
 
 

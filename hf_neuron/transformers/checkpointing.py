@@ -28,6 +28,7 @@ from hf_neuron.patching import APPLIED, CLOSED, fix, mark_unknown, set_status, w
 logger = logging.getLogger("hf_neuron")
 
 FIX_NAME = "checkpointing-saves-random-ops"
+HOOKS_FIX = "input-grad-hooks-not-stacked"
 KWARGS = "activation_checkpointing_kwargs"
 
 # Outcome of the backend probe, per device type: True = the backend cannot replay RNG state and
@@ -152,3 +153,43 @@ def patch_activation_checkpointing() -> None:
     wrap(FIX_NAME, PreTrainedModel, "activation_checkpointing_enable", _save_random_ops_on_neuron)
     set_status(FIX_NAME, APPLIED, "applied; whether the neuron backend needs it is probed at first use")
 
+
+
+def _remove_previous_hooks(original, self, *args, **kwargs):
+    self.disable_input_require_grads()
+    return original(self, *args, **kwargs)
+
+
+def _hooks_stack_up() -> bool:
+    import torch
+    from transformers import PreTrainedConfig
+    from transformers.modeling_utils import PreTrainedModel
+
+    class Probe(PreTrainedModel):
+        config_class = PreTrainedConfig
+
+        def __init__(self, config):
+            super().__init__(config)
+            self.embed = torch.nn.Embedding(2, 2)
+
+        def get_input_embeddings(self):
+            return self.embed
+
+    probe = Probe(PreTrainedConfig())
+    probe.enable_input_require_grads()
+    probe.enable_input_require_grads()
+    return len(probe.embed._forward_hooks) > 1
+
+
+@fix(HOOKS_FIX, "transformers", _hooks_stack_up, waits_for="transformers.modeling_utils")
+def patch_input_require_grads() -> None:
+    """Each activation-checkpointing enable adds one more forward hook on the input embeddings and keeps
+    the old ones. Trainers that switch checkpointing off and on around generation (TRL's GRPO, RLOO) add
+    one per step, and a compiled forward recompiles on the hook count at every step until Dynamo gives up.
+
+    Detected by enabling input gradients twice on a small model and counting the embedding's hooks.
+    Patch: ``enable_input_require_grads`` removes the hooks it registered before adding its own.
+    """
+    from transformers.modeling_utils import PreTrainedModel
+
+    wrap(HOOKS_FIX, PreTrainedModel, "enable_input_require_grads", _remove_previous_hooks)

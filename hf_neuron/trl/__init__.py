@@ -15,6 +15,11 @@ Fixes (``hf-neuron env`` lists them and whether each is active):
 - ``trl.static_shapes_on_neuron`` / ``trl.neuron_compile_hint`` (:mod:`.training`): Dynamo's
   automatic dynamic shapes off when compiling on Neuron; a hint when ``torch_compile`` is off.
 - ``trl.atomic_checkpoints`` (:mod:`.checkpoints`): ``checkpoint-N`` appears whole or not at all.
+- ``trl.compiled_generation_on_neuron`` (:mod:`.training`): GRPO, RLOO and distillation generate
+  compiled on Neuron (TRL turns compilation off for their in-loop generation).
+
+The Trainer-level fixes every TRL trainer also gets (compiled activation checkpointing, the full last
+batch, compiled evaluation, resumable sharded checkpoints) live in the Transformers adapter.
 
 Explicit user values always win over these defaults.
 """

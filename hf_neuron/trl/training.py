@@ -7,6 +7,10 @@
   ``TORCH_DYNAMO_AUTOMATIC_DYNAMIC_SHAPES``).
 - ``trl.neuron_compile_hint``: without ``torch_compile`` the Trainer runs eagerly, the slow path on
   Neuron; nothing says so. hf_neuron logs a one-line hint (main process, once).
+- ``trl.compiled_generation_on_neuron``: the online trainers (GRPO, RLOO, distillation) generate with
+  ``disable_compile=True``, so their in-loop generation runs eagerly on Neuron. hf_neuron lets it
+  compile there: with the static cache and chunked prefill of the Transformers adapter, two graphs
+  per batch size.
 """
 
 from __future__ import annotations
@@ -28,6 +32,13 @@ COMPILE_HINT = (
 
 STATIC_SHAPES_FIX = "trl.static_shapes_on_neuron"
 COMPILE_HINT_FIX = "trl.neuron_compile_hint"
+GENERATION_FIX = "trl.compiled_generation_on_neuron"
+# The online trainers whose in-loop generation turns compilation off: module -> trainer class.
+GENERATING_TRAINERS = {
+    "trl.trainer.grpo_trainer": "GRPOTrainer",
+    "trl.trainer.rloo_trainer": "RLOOTrainer",
+    "trl.trainer.distillation_trainer": "DistillationTrainer",
+}
 
 _hint_logged = False
 
@@ -73,19 +84,33 @@ def compile_hint_hook(trainer) -> None:
         logger.warning(COMPILE_HINT)
 
 
-def _after_init(fix_name: str, hook):
-    """Run ``hook(trainer)`` after TRL's base trainer ``__init__``, as the change of ``fix_name``."""
+def compiled_generation_hook(trainer) -> None:
+    generation_config = getattr(trainer, "generation_config", None)
+    if (
+        generation_config is None
+        or not getattr(generation_config, "disable_compile", False)
+        or getattr(trainer.args, "use_vllm", False)
+        or device_type_of(trainer.args) != "neuron"
+    ):
+        return
+    generation_config.disable_compile = False
+    logger.info("hf_neuron: %s generates with compilation on Neuron", type(trainer).__name__)
+
+
+def _after_init(fix_name: str, hook, module_name: str = BASE_TRAINER_MODULE, class_name: str = "_BaseTrainer"):
+    """Run ``hook(trainer)`` after ``class_name.__init__`` (TRL's base trainer by default), as the change
+    of ``fix_name``."""
 
     def __init__(original, self, *args, **kwargs):
         original(self, *args, **kwargs)
         hook(self)
 
     def patch(module) -> None:
-        cls = getattr(module, "_BaseTrainer", None)
+        cls = getattr(module, class_name, None)
         if cls is not None:
             wrap(fix_name, cls, "__init__", __init__)
 
-    when_imported(BASE_TRAINER_MODULE, patch)
+    when_imported(module_name, patch)
 
 
 @fix(STATIC_SHAPES_FIX, "trl", lambda: not _base_trainer_mentions("automatic_dynamic_shapes"))
@@ -108,3 +133,22 @@ def install_compile_hint() -> None:
     Detected from TRL's base trainer source: it never looks at `torch_compile`.
     """
     _after_init(COMPILE_HINT_FIX, compile_hint_hook)
+
+
+def _online_trainers_disable_compile() -> bool:
+    mentions = [module_mentions(name, "disable_compile=True") for name in GENERATING_TRAINERS]
+    if all(m is None for m in mentions):
+        raise RuntimeError("no TRL online trainer module found")
+    return any(mentions)
+
+
+@fix(GENERATION_FIX, "trl", _online_trainers_disable_compile)
+def install_compiled_generation() -> None:
+    """GRPO, RLOO and distillation generate with ``disable_compile=True`` (and reject the option in
+    ``generation_kwargs``): on Neuron their in-loop generation is the eager path at every step.
+
+    Detected from those trainers' source. Patch: on Neuron (without vLLM), the trainer's generation config
+    compiles, so generation uses the bounded graph set of the Transformers adapter.
+    """
+    for module_name, class_name in GENERATING_TRAINERS.items():
+        _after_init(GENERATION_FIX, compiled_generation_hook, module_name, class_name)

@@ -92,3 +92,22 @@ def test_a_model_on_cpu_is_left_alone(tiny_llama):
     model = tiny_llama("cpu")
     model.activation_checkpointing_enable()
     assert "context_fn" not in _checkpoint_kwargs(model)
+
+
+def test_input_gradient_hooks_do_not_stack_up(tiny_llama):
+    """Trainers switch checkpointing off and on around generation at every step (TRL's GRPO, RLOO)."""
+    from hf_neuron.transformers.checkpointing import HOOKS_FIX
+
+    model = tiny_llama("neuron")
+    embeddings = model.get_input_embeddings()
+    for _ in range(3):
+        model.activation_checkpointing_disable()
+        model.activation_checkpointing_enable()
+    assert len(embeddings._forward_hooks) == 1
+
+    model = tiny_llama("neuron")
+    with upstream_behaviour(HOOKS_FIX):
+        for _ in range(3):
+            model.activation_checkpointing_disable()
+            model.activation_checkpointing_enable()
+    assert len(model.get_input_embeddings()._forward_hooks) == 3

@@ -1,6 +1,6 @@
 """The announcement's SFT recipe, unchanged, for whole epochs on the simulated Neuron device.
 
-Users copy ``sft_neuron_example.py`` as published (``recipes/``, byte for byte): no
+Users copy ``sft_neuron_example.py`` as published (``scripts/recipes/``, byte for byte): no
 ``dataloader_drop_last``, TRL's default activation checkpointing, ``--torch_compile true``. The tiny
 dataset packs into a number of rows that the batch does not divide, so every epoch ends with a short
 batch. The run must finish two epochs with one batch shape, compile nothing after the first epoch,
@@ -18,6 +18,8 @@ import pytest
 import torch
 
 from trl_sft_helpers import (
+    LOSS_TOLERANCE,
+    TWO_EPOCHS,
     USER_RECIPE,
     chat_rows,
     check_standard_checkpoint,
@@ -30,15 +32,6 @@ pytestmark = [pytest.mark.slow]
 
 SHARED_RECIPE = Path(__file__).resolve().parents[3] / "shared" / "recipes" / "sft_neuron_example.py"
 
-# The recipe's flags at tiny scale: 2 epochs, per-device batch 2, gradient accumulation 2 (so the last
-# optimizer step of an epoch also has fewer micro-batches), no max_steps.
-TWO_EPOCHS = dict(
-    max_length=128, max_steps=-1, num_train_epochs=2, per_device_train_batch_size=2, gradient_accumulation_steps=2,
-    learning_rate="1e-3",
-)
-# bf16 on both sides; the compiled graphs run the same kernels as CPU eager, in another order of
-# reduction. Measured: equal to the last bit; a model that learned nothing differs by > 0.1 after a step.
-LOSS_TOLERANCE = 1e-4
 
 
 

@@ -12,12 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hf_neuron.testing import user_scripts
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "sft_neuron_example.py"
 # The announcement's SFT script, byte for byte as users copy it.
-USER_RECIPE = Path(__file__).with_name("recipes") / "sft_neuron_example.py"
-# The line of the recipe that a user who never read about Neuron's static shapes would not write.
-DYNAMIC_SHAPES_LINE = "    torch._dynamo.config.automatic_dynamic_shapes = False\n"
+USER_RECIPE = REPO / "scripts" / "recipes" / "sft_neuron_example.py"
 WORKER = Path(__file__).with_name("trl_sft_worker.py")
 
 # The announcement's SFT recipe scaled down: packing wrapped, torch_compile, bf16; the same global batch of 4
@@ -25,6 +25,17 @@ WORKER = Path(__file__).with_name("trl_sft_worker.py")
 # and the remainder packs to 128 without `trl.pad_packed_to_max_length`.
 GLOBAL_BATCH = 4
 RECIPE = dict(max_length=192, max_steps=3)
+# The recipe's flags at tiny scale for whole runs: 2 epochs, per-device batch 2, gradient accumulation 2
+# (so the last optimizer step of an epoch also has fewer micro-batches), no max_steps.
+TWO_EPOCHS = dict(
+    max_length=128, max_steps=-1, num_train_epochs=2, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+    learning_rate="1e-3",
+)
+# Neuron runs against CPU runs (or other layouts) of the same data, in bf16 (8 mantissa bits: a loss
+# near 6 is resolved to about 0.02). Measured: equal to the last bit on the newest releases, deltas up
+# to 1.6e-3 on the oldest supported ones (other kernel choices); a model that learned nothing differs
+# by more than 0.1 after one step at this learning rate.
+LOSS_TOLERANCE = 5e-3
 LAYOUTS = {  # name: (processes, TP_SIZE, FSDP_SIZE)
     "single": (1, 1, 1),
     "tp2": (2, 2, 1),
@@ -116,51 +127,14 @@ def base_args(model_dir, dataset, output_dir, **overrides) -> list[str]:
 
 
 def user_script_without_static_shapes(folder: Path) -> Path:
-    """The recipe without its ``automatic_dynamic_shapes = False`` line (and that line's comment)."""
-    text = USER_RECIPE.read_text()
-    assert DYNAMIC_SHAPES_LINE in text, "the recipe no longer sets automatic_dynamic_shapes: update the tests"
-    lines = [
-        line for line in text.splitlines(keepends=True)
-        if line != DYNAMIC_SHAPES_LINE and "can't compile Dynamo's automatic dynamic shapes" not in line
-    ]
-    path = folder / "sft_user_script.py"
-    path.write_text("".join(lines))
-    return path
-
-
-TRAINER_CALL = """    trainer = SFTTrainer(
-        model=model_args.model_name_or_path,
-        args=training_args,
-        train_dataset=train_dataset,
-    )
-"""
+    return user_scripts.without_static_shapes(USER_RECIPE, folder)
 
 
 def user_script_with_evaluation(folder: Path) -> Path:
-    """The recipe with an evaluation split passed to the trainer, as a user adds one."""
-    text = USER_RECIPE.read_text()
-    assert TRAINER_CALL in text, "the recipe creates its trainer differently: update the tests"
-    text = text.replace(
-        TRAINER_CALL,
-        """    eval_dataset = load_dataset(
-        script_args.dataset_name, name=script_args.dataset_config, split=script_args.dataset_test_split
-    ).select_columns(["messages"])
-    trainer = SFTTrainer(
-        model=model_args.model_name_or_path,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-    )
-""",
-    )
-    path = folder / "sft_user_script_with_eval.py"
-    path.write_text(text)
-    return path
+    return user_scripts.with_evaluation(USER_RECIPE, folder)
 
 
-def run_worker(nproc: int, argv: list[str], result_dir: Path, env: dict | None = None, timeout: int = 900):
-    """Run the worker (the example script plus a recorder) in ``nproc`` processes; return its results."""
-    result_dir.mkdir(parents=True, exist_ok=True)
+def _worker_env(result_dir: Path, env: dict | None) -> dict:
     full_env = dict(os.environ)
     full_env.update(
         {
@@ -173,6 +147,13 @@ def run_worker(nproc: int, argv: list[str], result_dir: Path, env: dict | None =
         }
     )
     full_env.update(env or {})
+    return full_env
+
+
+def run_worker(nproc: int, argv: list[str], result_dir: Path, env: dict | None = None, timeout: int = 900):
+    """Run the worker (the example script plus a recorder) in ``nproc`` processes; return its results."""
+    result_dir.mkdir(parents=True, exist_ok=True)
+    full_env = _worker_env(result_dir, env)
     if nproc == 1:
         command = [sys.executable, str(WORKER), *argv]
     else:
@@ -184,6 +165,37 @@ def run_worker(nproc: int, argv: list[str], result_dir: Path, env: dict | None =
     (result_dir / "stdout.txt").write_text(proc.stdout)
     (result_dir / "stderr.txt").write_text(proc.stderr)
     return proc
+
+
+def run_worker_on_two_nodes(
+    nproc_per_node: int, argv: list[str], result_dir: Path, env: dict | None = None, timeout: int = 900
+) -> list[subprocess.CompletedProcess]:
+    """Run the worker as two torchrun launchers on the loopback address, as two hosts would run it
+    (``--nnodes=2 --node_rank=0|1 --master_addr``); returns each launcher's outcome."""
+    result_dir.mkdir(parents=True, exist_ok=True)
+    full_env = _worker_env(result_dir, env)
+    port = free_port()
+    launchers = []
+    for node_rank in range(2):
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node_rank}",
+            f"--nproc_per_node={nproc_per_node}", "--master_addr=127.0.0.1", f"--master_port={port}",
+            str(WORKER), *argv,
+        ]
+        launchers.append(
+            subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
+    outcomes = []
+    for node_rank, launcher in enumerate(launchers):
+        try:
+            stdout, stderr = launcher.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for other in launchers:
+                other.kill()
+            raise
+        (result_dir / f"node{node_rank}-stderr.txt").write_text(stderr)
+        outcomes.append(subprocess.CompletedProcess(launcher.args, launcher.returncode, stdout, stderr))
+    return outcomes
 
 
 def read_results(result_dir: Path) -> dict[int, dict]:
