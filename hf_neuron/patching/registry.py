@@ -20,7 +20,8 @@ that module has been imported, so that ``import transformers`` stays as cheap as
 
 Adapters declare fixes with :func:`fix` and change upstream objects only through
 :mod:`hf_neuron.patching.attributes`; :func:`apply_fixes` runs those of one library when that library
-is imported (see ``hf_neuron.adapters``). ``HF_NEURON_DISABLE=1`` applies none.
+is imported (see ``hf_neuron.adapters``). ``HF_NEURON_DISABLE=1`` applies none;
+``HF_NEURON_DISABLE=name,other`` leaves out the fixes named (a process-wide ``upstream_behaviour``).
 """
 
 from __future__ import annotations
@@ -73,7 +74,16 @@ _warned_unknown: set[str] = set()
 
 
 def adapters_disabled() -> bool:
+    """``HF_NEURON_DISABLE=1``: no fix at all (hf_neuron leaves every library as released)."""
     return os.environ.get("HF_NEURON_DISABLE", "0").lower() in ("1", "true", "yes")
+
+
+def disabled_fix_names() -> set[str]:
+    """``HF_NEURON_DISABLE=name[,name...]``: these fixes only are left out (the others apply)."""
+    value = os.environ.get("HF_NEURON_DISABLE", "").strip()
+    if value.lower() in ("", "0", "1", "true", "yes", "false", "no"):
+        return set()
+    return {name.strip() for name in value.split(",") if name.strip()}
 
 
 def fix(name: str, library: str, detect: Callable[[], object], *, waits_for: str | None = None):
@@ -146,6 +156,9 @@ def decide(entry: Fix) -> None:
         return
     if adapters_disabled():
         entry.status, entry.reason = DISABLED, "HF_NEURON_DISABLE=1"
+        return
+    if entry.name in disabled_fix_names():
+        entry.status, entry.reason = DISABLED, f"HF_NEURON_DISABLE={os.environ['HF_NEURON_DISABLE']}"
         return
     try:
         with _host_default_device():

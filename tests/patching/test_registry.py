@@ -46,6 +46,27 @@ def test_disable_switch(monkeypatch):
     assert fixes.get_fix("test_disabled").reason == "HF_NEURON_DISABLE=1"
 
 
+def test_disable_one_fix_by_name(monkeypatch):
+    monkeypatch.setenv("HF_NEURON_DISABLE", "test_named_off, test_also_off")
+    calls = []
+
+    @fixes.fix("test_named_off", "namedlib", detect=lambda: True)
+    def named_off():
+        """Left out by name."""
+        calls.append("named_off")
+
+    @fixes.fix("test_still_on", "namedlib", detect=lambda: True)
+    def still_on():
+        """Not named: applied."""
+        calls.append("still_on")
+
+    assert [f.name for f in fixes.apply_fixes("namedlib")] == ["test_still_on"]
+    assert calls == ["still_on"]
+    assert fixes.get_fix("test_named_off").status == fixes.DISABLED
+    assert "test_named_off" in fixes.get_fix("test_named_off").reason
+    assert not fixes.adapters_disabled()
+
+
 def test_a_detector_that_cannot_decide_is_loud_once(monkeypatch, caplog):
     monkeypatch.delenv("HF_NEURON_DISABLE", raising=False)
     calls = []

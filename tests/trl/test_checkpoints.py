@@ -69,16 +69,16 @@ def test_interrupted_checkpoint_is_not_published(tiny_model_dir, chat_dataset, t
 
 def test_upstream_leaves_a_partial_checkpoint(tiny_model_dir, chat_dataset, tmp_path, monkeypatch):
     """The gap the fix closes: with TRL's base trainer saving as upstream does, checkpoint-4 is partial."""
-    from transformers import Trainer
     from transformers.trainer_utils import get_last_checkpoint
-    from trl.trainer.base_trainer import _BaseTrainer
 
-    monkeypatch.setattr(_BaseTrainer, "_save_checkpoint", Trainer._save_checkpoint)
+    from hf_neuron.patching import upstream_behaviour
+
     out = tmp_path / "run"
-    trainer = _trainer(tiny_model_dir, chat_dataset, out)
-    _interrupt_save_of(trainer, monkeypatch, "checkpoint-4")
-    with pytest.raises(Interrupted):
-        trainer.train()
+    with upstream_behaviour("trl.atomic_checkpoints"):
+        trainer = _trainer(tiny_model_dir, chat_dataset, out)
+        _interrupt_save_of(trainer, monkeypatch, "checkpoint-4")
+        with pytest.raises(Interrupted):
+            trainer.train()
     assert get_last_checkpoint(str(out)) == str(out / "checkpoint-4")
     assert not (out / "checkpoint-4" / "trainer_state.json").exists()  # half-written, yet picked for resuming
 

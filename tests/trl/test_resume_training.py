@@ -34,3 +34,16 @@ def test_resumed_run_continues_the_uninterrupted_one(sft_runs, layout):
         # the resumed process compiles at most the uninterrupted run's graphs, and only graphs it had
         assert len(result["graph_inputs"]) <= len(expected["graph_inputs"])
         assert all(graph in expected["graph_inputs"] for graph in result["graph_inputs"])
+
+
+def test_upstream_cannot_checkpoint_a_sharded_run(tiny_model_dir, chat_dataset, tmp_path):
+    """Without ``trainer-resume-sharded-models`` the Trainer refuses the resumable checkpoints at once."""
+    from trl_sft_helpers import base_args, run_worker
+
+    argv = base_args(tiny_model_dir, chat_dataset, tmp_path / "out", **dict(RESUMABLE, max_steps=STOP))
+    proc = run_worker(
+        4, argv, tmp_path / "results",
+        env={"TP_SIZE": "2", "FSDP_SIZE": "2", "HF_NEURON_DISABLE": "trainer-resume-sharded-models"},
+    )
+    assert proc.returncode != 0
+    assert "Resuming is not supported for models sharded at load time" in proc.stderr

@@ -11,6 +11,7 @@ import pytest
 import torch._dynamo.config as dynamo_config
 from datasets import load_dataset
 
+from hf_neuron.patching import upstream_behaviour
 from hf_neuron.trl import training
 
 
@@ -82,3 +83,18 @@ def test_hint_when_not_compiling(make_trainer, monkeypatch, caplog):
         make_trainer(torch_compile=False)
     assert caplog.text.count(training.COMPILE_HINT) == 1
     assert len(training.COMPILE_HINT.splitlines()) == 1
+
+
+def test_upstream_leaves_automatic_dynamic_shapes_on(make_trainer, monkeypatch):
+    monkeypatch.delenv(training.DYNAMIC_SHAPES_ENV, raising=False)
+    context = _fresh_dynamo_context()
+    with upstream_behaviour(training.STATIC_SHAPES_FIX):
+        context.run(make_trainer, torch_compile=True)
+    assert context.run(lambda: dynamo_config.automatic_dynamic_shapes) is True
+
+
+def test_upstream_says_nothing_when_not_compiling(make_trainer, monkeypatch, caplog):
+    monkeypatch.setattr(training, "_hint_logged", False)
+    with caplog.at_level(logging.WARNING, logger="hf_neuron"), upstream_behaviour(training.COMPILE_HINT_FIX):
+        make_trainer(torch_compile=False)
+    assert training.COMPILE_HINT not in caplog.text
