@@ -1,0 +1,84 @@
+"""Every fix the adapters declare has a test that runs the workload with that fix switched off and sees
+the gap (``upstream_behaviour(name)`` in the process, ``HF_NEURON_DISABLE=name`` in a torchrun job, or the
+recorded original called directly).
+
+The table below says which test does it for each fix; this test walks the registry, so a new fix without
+an entry fails here, and each entry must name an existing test whose body switches a fix off.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+
+# fix name (or a pattern for the per-class diffusers fixes) -> "path::test" that fails with it switched off
+COVERAGE = {
+    "generate-prefill-chunk-strides": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
+    "generate-compiled-prefill-mask": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
+    "generate-pad-prompt-to-chunk": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
+    "static-sliding-window-cache": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
+    "generate-max-cache-len-check": "transformers/test_generation_defaults.py::test_without_the_check_the_cache_grows",
+    "generate-neuron-defaults": "transformers/test_generation_defaults.py::test_without_the_fix_nothing_compiles",
+    "device-map-neuron": "transformers/test_placement.py::test_upstream_leaves_neuron_unindexed",
+    "device-map-auto-neuron-memory": "transformers/test_placement.py::test_upstream_auto_map_is_cpu",
+    "async-load-off-on-neuron": "transformers/test_async_loading.py::test_upstream_uses_threads_on_neuron",
+    "dtensor-embedding-mask-without-index-put":
+        "transformers/test_tensor_parallel.py::test_vocab_parallel_masks_have_no_boolean_index_put",
+    "tp-plan-constraints": "transformers/test_tensor_parallel.py::test_upstream_accepts_heads_that_do_not_split",
+    "checkpointing-saves-random-ops": "transformers/test_checkpointing.py::test_without_the_fix_the_step_does_not_compile",
+    "input-grad-hooks-not-stacked": "transformers/test_checkpointing.py::test_input_gradient_hooks_do_not_stack_up",
+    "trainer-full-last-batch": "transformers/test_training_batches.py::test_upstream_leaves_the_last_batch_short",
+    "trainer-compiled-evaluation": "transformers/test_evaluation.py::test_evaluations_reuse_one_compiled_graph_set",
+    "trainer-resume-sharded-models": "trl/test_resume_training.py::test_upstream_cannot_checkpoint_a_sharded_run",
+    "static-cache-mixed-precision": "transformers/test_cache_dtype.py::test_upstream_rejects_them",
+    "trl.atomic_checkpoints": "trl/test_checkpoints.py::test_upstream_leaves_a_partial_checkpoint",
+    "trl.neuron_device_map": "trl/test_model_loading.py::test_upstream_default_rejects_tensor_parallel_loading",
+    "trl.pad_to_multiple_of_auto": "trl/test_padding.py",
+    "trl.pad_packed_to_max_length": "trl/test_padding.py",
+    "trl.static_shapes_on_neuron": "trl/test_training_defaults.py::test_upstream_leaves_automatic_dynamic_shapes_on",
+    "trl.neuron_compile_hint": "trl/test_training_defaults.py::test_upstream_says_nothing_when_not_compiling",
+    "trl.compiled_generation_on_neuron": "trl/test_preference_and_online.py::test_grpo_generation_compiles_once",
+    "diffusers.repeated_blocks.*": "diffusers/test_fixes.py::test_gap_exists_without_the_adapter",
+    "diffusers.tp_plan.*": "diffusers/test_fixes.py::test_gap_exists_without_the_adapter",
+}
+SWITCHES = ("upstream_behaviour", "HF_NEURON_DISABLE", "original(")
+
+
+def _declared_fixes() -> list[str]:
+    import diffusers  # noqa: F401
+    import transformers  # noqa: F401
+    import trl  # noqa: F401
+
+    from hf_neuron.patching import all_fixes, import_targets
+
+    for library in ("transformers", "trl", "diffusers"):
+        import_targets(library)
+    return [f.name for f in all_fixes()]
+
+
+def _switches_a_fix_off(node: str) -> bool:
+    path, _, name = node.partition("::")
+    source = (TESTS / path).read_text()
+    if not name:
+        return any(switch in source for switch in SWITCHES)
+    tree = ast.parse(source)
+    for item in ast.walk(tree):
+        if isinstance(item, ast.FunctionDef) and item.name == name:
+            body = ast.get_source_segment(source, item)
+            return any(switch in body for switch in SWITCHES)
+    raise AssertionError(f"{node}: no such test")
+
+
+def test_every_declared_fix_has_a_switched_off_test():
+    uncovered = [name for name in _declared_fixes() if not any(fnmatch.fnmatch(name, p) for p in COVERAGE)]
+    assert uncovered == [], f"fixes without a test that switches them off: {uncovered}"
+
+
+@pytest.mark.parametrize("fix_pattern", sorted(COVERAGE))
+def test_the_named_test_switches_a_fix_off(fix_pattern):
+    assert _switches_a_fix_off(COVERAGE[fix_pattern]), COVERAGE[fix_pattern]
