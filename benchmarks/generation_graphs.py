@@ -21,6 +21,9 @@ number of graphs the workload needs: with the default of 8, Dynamo gives up and 
 eagerly. On the simulator a graph compiles in seconds; the ratio of graphs is what carries over.
 
     HF_NEURON_SIMULATOR=1 python benchmarks/generation_graphs.py [--kinds dense sliding] [--batch-sizes 1 4]
+
+It ends with the rows of the README's table (``tests/benchmarks`` checks the committed rows against a
+fresh run of the dense model).
 """
 
 from __future__ import annotations
@@ -50,6 +53,21 @@ def measure(model, prompts, batch_size, expected, **kwargs):
     return graphs.count, seconds, same
 
 
+MODEL_NAMES = {"dense": "tiny Llama", "sliding": "tiny Mistral, window 64"}
+RUNS = ("upstream", "upstream-unpadded", "hf_neuron")
+
+
+def readme_row(kind: str, batch_size: int, graphs: dict[str, int], recompile_limit: int) -> str:
+    """One row of the README's table: graphs per run, ``≥ limit`` where Dynamo stopped compiling."""
+
+    def cell(run: str) -> str:
+        count = graphs[run]
+        text = f"≥ {recompile_limit} (recompile limit)" if count >= recompile_limit else str(count)
+        return f"**{text}**" if run == "hf_neuron" else text
+
+    return f"| {MODEL_NAMES[kind]} | {batch_size} | " + " | ".join(cell(run) for run in RUNS) + " |"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", nargs="+", default=["dense", "sliding"], choices=["dense", "sliding"])
@@ -73,6 +91,7 @@ def main(argv=None) -> int:
     print(header)
     print("-" * len(header))
     summary = []
+    rows = []
     for kind in args.kinds:
         for batch_size in args.batch_sizes:
             model = w.tiny_workload_model(kind)
@@ -94,12 +113,16 @@ def main(argv=None) -> int:
             up_graphs, up_seconds, _ = runs["upstream"]
             ours_graphs, ours_seconds, _ = runs["hf_neuron"]
             summary.append((kind, batch_size, up_graphs / max(ours_graphs, 1), up_seconds / ours_seconds))
+            rows.append(readme_row(kind, batch_size, {run: runs[run][0] for run in RUNS}, args.recompile_limit))
             del model
 
     print()
     print("upstream (the recipe as announced) / hf_neuron:")
     for kind, batch_size, graph_ratio, time_ratio in summary:
         print(f"  {kind:8} batch {batch_size}: {graph_ratio:.1f}x graphs, {time_ratio:.2f}x wall time")
+    print()
+    print("README rows:")
+    print("\n".join(rows))
     return 0
 
 

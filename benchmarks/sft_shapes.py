@@ -17,7 +17,8 @@ compiled during the second epoch, and the padding overhead (pad tokens / all tok
   compile on Neuron), ``upstream, TRL<1.16 padding`` (``--pad_to_multiple_of none``), ``with hf_neuron``.
 
 A variant that fails is printed with its error. Counts carry over to Trainium; the simulator's times do
-not, so none are printed.
+not, so none are printed. The run ends with the rows of the README's table (``--only "packed/with hf_neuron"``
+runs just the named rows; ``tests/benchmarks`` checks that row against the README).
 """
 
 from __future__ import annotations
@@ -54,10 +55,10 @@ def child(script: str, argv: list[str]) -> None:
     """Run a user script's ``main`` in this process, recording batches and graphs; print one RESULT line."""
     import importlib.util
 
-    from transformers import TrainerCallback
     from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser
 
     from hf_neuron.simulator import graph_log
+    from hf_neuron.testing.training_graphs import GraphsDuringTraining
 
     batches = []
     original = SFTTrainer.training_step
@@ -68,23 +69,7 @@ def child(script: str, argv: list[str]) -> None:
         batches.append((tuple(ids.shape), ids.numel() - real, ids.numel()))
         return original(self, model, inputs, *args, **kwargs)
 
-    class Graphs(TrainerCallback):
-        def __init__(self):
-            self.after_epoch: list[int] = []
-            self.by_evaluation: list[int] = []  # graphs compiled during each evaluation
-            self.last_step_end = 0
-
-        def on_epoch_end(self, args, state, control, **kwargs):
-            self.after_epoch.append(graph_log.graph_count())
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.last_step_end = graph_log.graph_count()  # an evaluation follows its step's end
-
-        def on_evaluate(self, args, state, control, **kwargs):
-            self.by_evaluation.append(graph_log.graph_count() - self.last_step_end)
-            self.last_step_end = graph_log.graph_count()
-
-    graphs = Graphs()
+    graphs = GraphsDuringTraining()
     original_train = SFTTrainer.train
 
     def train(self, *args, **kwargs):
@@ -135,6 +120,30 @@ def run_variant(script, model_dir, dataset, out, args, extra: list[str], upstrea
     return json.loads(line[len("RESULT "):])
 
 
+def _shapes_cell(shapes: list) -> str:
+    listed = ", ".join("x".join(map(str, shape)) for shape in shapes)
+    return f"{len(shapes)} ({listed})" if len(shapes) <= 2 else str(len(shapes))
+
+
+def _evaluation_cells(r: dict) -> tuple[str, str]:
+    if r["evaluation_graphs"] is None:
+        return "", ""
+    if r["evaluation_graphs"] == 0:  # the first evaluation needs new graphs unless it runs uncompiled
+        return "0 (eager)", f"{r['later_evaluation_graphs']} (eager)"
+    return str(r["evaluation_graphs"]), str(r["later_evaluation_graphs"])
+
+
+def readme_row(kind: str, label: str, r: dict) -> str:
+    """One row of the README's table."""
+    if "error" in r:
+        error = r["error"].split(":")[0]  # the exception's name; the full text is in the table above
+        return f"| {kind} | {label} | fails: `{error}` |  |  |  |  |  |  |"
+    overhead = r["pad_tokens"] / max(r["tokens"], 1)
+    cells = [kind, label, r["steps"], _shapes_cell(r["shapes"]), r["graphs"], r["second_epoch"],
+             *_evaluation_cells(r), f"{overhead:.1%}"]
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--child":
         return child(sys.argv[2], sys.argv[3:])
@@ -143,6 +152,8 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=192, help="max_length (not a multiple of 128 by default)")
     parser.add_argument("--batch", type=int, default=2, help="per_device_train_batch_size")
     parser.add_argument("--max-words", type=int, default=60, help="longest turn, in words")
+    parser.add_argument("--only", default=None,
+                        help='comma-separated "data/variant" rows to run, e.g. "packed/with hf_neuron" (default: all)')
     args = parser.parse_args()
 
     from hf_neuron.testing.tiny_models import save_tiny_model
@@ -171,6 +182,13 @@ def main() -> None:
         ("eval", "upstream, no checkpointing", eval_script, evaluation + no_checkpointing, True),
         ("eval", "with hf_neuron", eval_script, evaluation, False),
     ]
+    if args.only:
+        wanted = {item.strip() for item in args.only.split(",")}
+        unknown = wanted - {f"{kind}/{label}" for kind, label, *_ in variants}
+        if unknown:
+            parser.error(f"--only: no such row {sorted(unknown)}; rows: "
+                         + ", ".join(f"{kind}/{label}" for kind, label, *_ in variants))
+        variants = [v for v in variants if f"{v[0]}/{v[1]}" in wanted]
     rows = []
     for i, (kind, label, script, extra, upstream) in enumerate(variants):
         result = run_variant(script, model_dir, data, work / f"out{i}", args, extra, upstream)
@@ -195,16 +213,20 @@ def main() -> None:
     print("\n(epoch 2: graphs compiled during the second epoch; eval: graphs compiled by the first evaluation;"
           " eval 2+: by the later ones)")
     for kind in ("packed", "unpacked", "eval"):
-        ours = next(r for k, label, r in rows if k == kind and label == "with hf_neuron")
+        ours = next((r for k, label, r in rows if k == kind and label == "with hf_neuron"), None)
+        if ours is None:
+            continue
         for k, label, r in rows:
             if k != kind or label == "with hf_neuron" or "error" in r or "error" in ours:
                 continue
             print(f"{kind}: graphs compiled, hf_neuron / {label}: {ours['graphs'] / max(r['graphs'], 1):.2f}x; "
                   f"distinct shapes {len(ours['shapes'])} vs {len(r['shapes'])}")
-    ours = next(r for k, label, r in rows if k == "unpacked" and label == "with hf_neuron")
-    if "error" not in ours:
+    ours = next((r for k, label, r in rows if k == "unpacked" and label == "with hf_neuron"), None)
+    if ours is not None and "error" not in ours:
         print(f"unpacked bound: ceil(max_length / 128) = {math.ceil(args.max_length / 128)} shapes; "
               f"with hf_neuron: {len(ours['shapes'])}")
+    print("\nREADME rows:")
+    print("\n".join(readme_row(kind, label, r) for kind, label, r in rows))
 
 
 if __name__ == "__main__":

@@ -221,6 +221,7 @@ class PipelineFamily:
     embeds: Callable[[object, str], dict]  # text encoder on CPU -> call kwargs
     call_kwargs: dict
     requires: tuple[str, ...] = ()  # packages the tiny text stack needs
+    requires_why: str = ""  # what needs them
 
     def missing_requirements(self) -> list[str]:
         import importlib.util
@@ -231,9 +232,10 @@ class PipelineFamily:
 FAMILIES: dict[str, PipelineFamily] = {
     "qwenimage": PipelineFamily("qwenimage", build_qwenimage, _qwenimage_embeds,
                                 {"height": 32, "width": 32, "true_cfg_scale": 1.0}),
-    # The Qwen3-VL processor of 2.1 cannot be built without torchvision.
-    "qwenimage21": PipelineFamily("qwenimage21", build_qwenimage21, _qwenimage21_embeds,
-                                  {"height": 32, "width": 32}, requires=("torchvision",)),
+    "qwenimage21": PipelineFamily(
+        "qwenimage21", build_qwenimage21, _qwenimage21_embeds, {"height": 32, "width": 32}, requires=("torchvision",),
+        requires_why="Transformers cannot build its Qwen3VLProcessor without torchvision, even for text-only prompts",
+    ),
     "wan": PipelineFamily("wan", build_wan, _wan_embeds,
                           {"height": 16, "width": 16, "num_frames": 5, "guidance_scale": 1.0}),
     "chroma": PipelineFamily("chroma", build_chroma, _chroma_embeds,

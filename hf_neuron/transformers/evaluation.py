@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 
+from hf_neuron.devices import trains_on_neuron
 from hf_neuron.patching import fix, wrap
 
 FIX_NAME = "trainer-compiled-evaluation"
@@ -27,12 +28,8 @@ def _evaluate_compiled_on_neuron(original, self, model, training=True, *args, **
     wrapped = original(self, model, training, *args, **kwargs)
     if training or _compiled(wrapped) or not getattr(self.args, "torch_compile", False):
         return wrapped
-    try:
-        on_neuron = self.args.device.type == "neuron"
-    except Exception:  # never let a probe break the user's evaluation
-        on_neuron = False
     compiled = getattr(self, "model_wrapped", None)
-    if on_neuron and _compiled(compiled) and getattr(compiled, "_orig_mod", None) is wrapped:
+    if trains_on_neuron(self.args) and _compiled(compiled) and getattr(compiled, "_orig_mod", None) is wrapped:
         return compiled
     return wrapped
 

@@ -13,8 +13,6 @@ compile more graphs than that, and fill in the recipe for a model on a neuron de
   shorter chunk: one more graph per distinct remainder. We left-pad inside ``generate``.
 - ``generate-max-cache-len-check``: a prompt that does not fit ``max_cache_len`` silently grows
   the cache (new graphs); we raise before anything compiles.
-- ``generate-moe-batched-experts-prefill``: a compiled prefill of a mixture-of-experts model uses
-  the data-dependent ``grouped_mm`` experts path; decode already switches to ``batched_mm``.
 - ``generate-neuron-defaults``: static cache, ``max_cache_len``, ``prefill_chunk_size`` and a
   static-shape "neuron" compile config, where the user set none.
 
@@ -28,6 +26,7 @@ import logging
 
 import torch
 
+from hf_neuron.devices import model_on_neuron
 from hf_neuron.patching import fix, wrap
 
 logger = logging.getLogger("hf_neuron")
@@ -88,16 +87,11 @@ def _static_cache_implementations() -> tuple[str, ...]:
     return tuple(ALL_STATIC_CACHE_IMPLEMENTATIONS)
 
 
-def _on_neuron(model) -> bool:
-    device = getattr(model, "device", None)
-    return isinstance(device, torch.device) and device.type == "neuron"
-
-
 def _will_compile(model, generation_config) -> bool:
     """Whether this generate call is set up to compile (Neuron, or an explicit compile config)."""
     if generation_config.disable_compile:
         return False
-    return _on_neuron(model) or generation_config.compile_config is not None
+    return model_on_neuron(model) or generation_config.compile_config is not None
 
 
 # ----------------------------------------------------------------------------- chunk strides
@@ -213,53 +207,6 @@ def patch_compiled_prefill_mask() -> None:
         _sdpa_mask_materialized_in_compiled_prefill,
         mapping=True,
     )
-
-
-# ----------------------------------------------------------------------------- MoE prefill
-
-MOE_FIX = "generate-moe-batched-experts-prefill"
-
-
-def _prefill_with_batched_experts(original, self, *args, **kwargs):
-    get = getattr(self, "get_experts_implementation", None)
-    if not _on_neuron(self) or get is None:
-        return original(self, *args, **kwargs)
-    implementation = get()
-    if "grouped_mm" not in implementation.values():
-        return original(self, *args, **kwargs)
-    self.set_experts_implementation({k: "batched_mm" if v == "grouped_mm" else v for k, v in implementation.items()})
-    try:
-        return original(self, *args, **kwargs)
-    finally:
-        self.set_experts_implementation(implementation)
-
-
-def _prefill_runs_grouped_experts() -> bool:
-    import inspect
-
-    from transformers.generation.utils import GenerationMixin
-
-    # Upstream switches grouped_mm -> batched_mm in `_optimize_model_for_decode`, entered after
-    # `_prefill`; the gap is there as long as the prefill itself does not switch.
-    return hasattr(GenerationMixin, "_optimize_model_for_decode") and "batched_mm" not in inspect.getsource(
-        GenerationMixin._prefill
-    )
-
-
-@fix(MOE_FIX, "transformers", _prefill_runs_grouped_experts, waits_for=GENERATION_MODULE)
-def patch_moe_batched_experts_prefill() -> None:
-    """A compiled chunked prefill of a mixture-of-experts model fails on Neuron.
-
-    Gap: MoE layers default to the ``grouped_mm`` experts implementation: sort, ``histc`` on int
-    expert ids and grouped matmuls with data-dependent offsets. Upstream switches it to the
-    static-shape ``batched_mm`` for decoding on accelerators (``_optimize_model_for_decode``) but
-    not for the prefill, which ``prefill_chunk_size`` compiles too (the simulated device, like CPU,
-    has no int ``histc``). Detected by ``_prefill`` not making that switch. Patch: on a neuron
-    device the prefill runs with ``batched_mm`` as the decode does; the model's setting is restored.
-    """
-    from transformers.generation.utils import GenerationMixin
-
-    wrap(MOE_FIX, GenerationMixin, "_prefill", _prefill_with_batched_experts)
 
 
 # ----------------------------------------------------------------------------- prompt padding
@@ -496,7 +443,7 @@ def _wants_default_static_cache(model, generation_config, kwargs) -> bool:
 
 
 def _prepare_generation_config_with_neuron_defaults(original, self, generation_config=None, **kwargs):
-    if not _on_neuron(self):
+    if not model_on_neuron(self):
         return original(self, generation_config, **kwargs)
     applied = []
     # Decided before the merge so that upstream validates max_cache_len against the static cache.

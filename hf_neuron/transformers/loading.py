@@ -14,6 +14,7 @@ import os
 
 import torch
 
+from hf_neuron.devices import is_neuron
 from hf_neuron.patching import fix, wrap
 
 FIX_NAME = "async-load-off-on-neuron"
@@ -24,9 +25,7 @@ def _targets_neuron(device_map) -> bool:
     if not device_map:
         return False
     for value in device_map.values():
-        if isinstance(value, torch.device) and value.type == "neuron":
-            return True
-        if isinstance(value, str) and value.split(":")[0] == "neuron":
+        if is_neuron(value):
             return True
         if isinstance(value, int) and not isinstance(value, bool):
             # An integer device is the current accelerator's (torch.device(0) == neuron:0 on Trainium).

@@ -18,6 +18,7 @@ import os
 
 import torch
 
+from hf_neuron.devices import is_neuron
 from hf_neuron.patching import fix, wrap
 
 DEVICE_MAP_FIX = "device-map-neuron"
@@ -41,15 +42,10 @@ def default_neuron_index() -> int:
     return int(torch.neuron.current_device())
 
 
-def _mentions_neuron(value) -> bool:
-    if isinstance(value, torch.device):
-        return value.type == "neuron"
-    return isinstance(value, str) and value.split(":")[0] == "neuron"
-
 
 def _resolve(value, device_map):
     """An unindexed neuron device becomes ``torch.device("neuron", index)``; anything else unchanged."""
-    if not _mentions_neuron(value):
+    if not is_neuron(value):
         return value
     count = neuron_device_count()
     device = torch.device(value) if isinstance(value, str) else value

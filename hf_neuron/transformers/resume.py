@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 
+from hf_neuron.devices import trains_on_neuron
 from hf_neuron.patching import fix, wrap
 from hf_neuron.patching.sources import module_mentions
 
@@ -28,11 +29,7 @@ REFUSAL = "Resuming is not supported for models sharded at load time"
 
 
 def _sharded_on_neuron(model, args) -> bool:
-    try:
-        on_neuron = args.device.type == "neuron"
-    except Exception:  # never let a probe break the user's trainer
-        return False
-    return on_neuron and bool(getattr(model, "is_distributed_loading_by_transformers", False))
+    return trains_on_neuron(args) and bool(getattr(model, "is_distributed_loading_by_transformers", False))
 
 
 def _torch_optimizer(optimizer):

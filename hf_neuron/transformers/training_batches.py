@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from hf_neuron.devices import trains_on_neuron
 from hf_neuron.patching import fix, wrap
 
 logger = logging.getLogger("hf_neuron")
@@ -84,13 +85,6 @@ def _batch_size_of(dataloader) -> int | None:
     return None
 
 
-def _on_neuron(trainer) -> bool:
-    try:
-        return trainer.args.device.type == "neuron"
-    except Exception:  # never let a probe break the user's trainer
-        return False
-
-
 def _torch_dataloader(dataloader):
     # Accelerate's prepared dataloaders wrap a torch DataLoader (``base_dataloader``), whose
     # ``collate_fn`` is the one used when iterating.
@@ -101,7 +95,7 @@ def _torch_dataloader(dataloader):
 
 def _full_batches_on_neuron(original, self, *args, **kwargs):
     dataloader = original(self, *args, **kwargs)
-    if not _on_neuron(self):
+    if not trains_on_neuron(self.args):
         return dataloader
     loader = _torch_dataloader(dataloader)
     collate_fn = getattr(loader, "collate_fn", None)

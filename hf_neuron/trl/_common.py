@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 # TRL's trainers that pad batches, by config module -> config class (TRL >= 1.10 ships all of them).
 CONFIG_CLASSES: dict[str, str] = {
     "trl.trainer.sft_config": "SFTConfig",
@@ -28,10 +26,3 @@ TRAINER_MODULES = (
 BASE_TRAINER_MODULE = "trl.trainer.base_trainer"
 UTILS_MODULE = "trl.trainer.utils"
 
-
-def device_type_of(args: Any) -> str | None:
-    """The device type a TrainingArguments trains on (None when it cannot be told)."""
-    try:
-        return args.device.type
-    except Exception:  # never let a probe break the user's config
-        return None

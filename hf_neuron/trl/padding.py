@@ -24,7 +24,8 @@ import logging
 
 from hf_neuron.patching import fix, replace, when_imported, wrap
 from hf_neuron.patching.sources import class_field_default
-from hf_neuron.trl._common import CONFIG_CLASSES, device_type_of
+from hf_neuron.devices import training_device_type
+from hf_neuron.trl._common import CONFIG_CLASSES
 
 logger = logging.getLogger("hf_neuron")
 
@@ -80,7 +81,7 @@ def _resolve_auto(original, self):
     original(self)
     value = getattr(self, FIELD, None)
     if isinstance(value, str):
-        device_type = device_type_of(self) if value == AUTO else None
+        device_type = training_device_type(self) if value == AUTO else None
         setattr(self, FIELD, resolve_pad_to_multiple_of(value, device_type))
         if value == AUTO and device_type == "neuron":
             _log_once(
@@ -149,7 +150,7 @@ def _pad_packed(original, self):
     max_length = getattr(self, "max_length", None)
     if not (left_auto and getattr(self, "packing", False) and max_length):
         return
-    if getattr(self, FIELD, None) == max_length or device_type_of(self) != "neuron":
+    if getattr(self, FIELD, None) == max_length or training_device_type(self) != "neuron":
         return
     setattr(self, FIELD, max_length)
     _log_once(

@@ -20,7 +20,8 @@ import os
 
 from hf_neuron.patching import fix, when_imported, wrap
 from hf_neuron.patching.sources import module_mentions
-from hf_neuron.trl._common import BASE_TRAINER_MODULE, device_type_of
+from hf_neuron.devices import trains_on_neuron
+from hf_neuron.trl._common import BASE_TRAINER_MODULE
 
 logger = logging.getLogger("hf_neuron")
 
@@ -61,7 +62,7 @@ def _user_set_automatic_dynamic_shapes() -> bool:
 
 def static_shapes_hook(trainer) -> None:
     args = trainer.args
-    if not getattr(args, "torch_compile", False) or device_type_of(args) != "neuron":
+    if not getattr(args, "torch_compile", False) or not trains_on_neuron(args):
         return
     import torch._dynamo.config as dynamo_config
 
@@ -77,7 +78,7 @@ def static_shapes_hook(trainer) -> None:
 def compile_hint_hook(trainer) -> None:
     global _hint_logged
     args = trainer.args
-    if _hint_logged or getattr(args, "torch_compile", False) or device_type_of(args) != "neuron":
+    if _hint_logged or getattr(args, "torch_compile", False) or not trains_on_neuron(args):
         return
     _hint_logged = True
     if getattr(args, "process_index", 0) == 0:
@@ -90,7 +91,7 @@ def compiled_generation_hook(trainer) -> None:
         generation_config is None
         or not getattr(generation_config, "disable_compile", False)
         or getattr(trainer.args, "use_vllm", False)
-        or device_type_of(trainer.args) != "neuron"
+        or not trains_on_neuron(trainer.args)
     ):
         return
     generation_config.disable_compile = False

@@ -9,9 +9,11 @@ import sys
 
 import pytest
 
-def run_torchrun(module: str, *args: str, timeout: int = 900) -> None:
-    """``torchrun --standalone --nproc_per_node=2 -m module args`` with the simulator on in every worker."""
-    env = {**os.environ, "HF_NEURON_SIMULATOR": os.environ.get("HF_NEURON_SIMULATOR", "1"), "OMP_NUM_THREADS": "1"}
+def run_torchrun(module: str, *args: str, timeout: int = 900, env: dict | None = None) -> None:
+    """``torchrun --standalone --nproc_per_node=2 -m module args`` with the simulator on in every worker
+    (``env``: extra variables for the workers)."""
+    env = {**os.environ, "HF_NEURON_SIMULATOR": os.environ.get("HF_NEURON_SIMULATOR", "1"), "OMP_NUM_THREADS": "1",
+           **(env or {})}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", module, *args]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:

@@ -9,13 +9,22 @@ from hf_neuron.compat.diffusers.pipeline_check import check_family
 from hf_neuron.testing.tiny_pipelines import FAMILIES
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+# Families whose tiny text stack builds with the packages this project installs (no torchvision).
+RUNNABLE = sorted(name for name, family in FAMILIES.items() if not family.requires)
+
+
+@pytest.mark.parametrize("family", RUNNABLE)
 def test_pipeline_on_device_matches_cpu(family):
-    missing = FAMILIES[family].missing_requirements()
-    if missing:
-        pytest.skip(f"the tiny {family} text stack needs {', '.join(missing)}")
     record = check_family(family)
     assert record["ok"], record.get("traceback", record)
     assert record["eager_max_abs_diff"] <= 1e-4
     assert record["compiled_max_abs_diff"] <= 1e-4
     assert record["graphs_second_generation"] == 0
+
+
+def test_qwenimage21_text_stack_still_needs_torchvision():
+    """Qwen-Image-2.1 is not in the runnable families: transformers cannot build (or load) its
+    Qwen3VLProcessor without torchvision, even with no video processor (README, Diffusers). When this
+    test fails (upstream closed the gap, or torchvision loads here), move the family into the runnable ones."""
+    with pytest.raises((AttributeError, ImportError, TypeError, ValueError)):
+        FAMILIES["qwenimage21"].build()

@@ -101,3 +101,14 @@ def test_cpu_offload_of_a_sharded_model(offload):
                             capture_output=True, text=True, timeout=600)
     assert re.search(r"REJECTED: .*ChromaTransformer2DModel.*sharded with tensor parallelism.*CPU-offloaded",
                      result.stdout), result.stdout[-2000:] + result.stderr[-4000:]
+
+
+def test_upstream_rejections_do_not_name_the_class():
+    from hf_neuron.patching import upstream_behaviour
+
+    model = _tiny("WanTransformer3DModel", ffn_dim=33)
+    with upstream_behaviour("diffusers.tp_clear_errors"):
+        with pytest.raises(ValueError) as upstream:
+            model.enable_parallelism(config=TensorParallelConfig(tp_degree=2))
+    assert "WanTransformer3DModel" not in str(upstream.value), upstream.value
+    assert _untouched(model)

@@ -34,3 +34,17 @@ def test_tp2_equals_tp1(tp_results, class_name):
         assert record[mode]["max_abs_diff"] <= 1e-5
     # The plan shards the bulk of the block weights (the rest: AdaLN modulation, norms, convs).
     assert record["sharded_fraction"] >= 0.45
+
+
+# SD3's attention processor splits heads with `attn.heads`; Wan normalises q/k across all heads.
+NEEDS_SUPPORT = ("SD3Transformer2DModel", "WanTransformer3DModel")
+
+
+def test_plans_alone_do_not_shard_correctly(tmp_path):
+    """With `diffusers.tp_plan_support` off (plans still installed) these classes do not match TP=1."""
+    out = tmp_path / "without_support.json"
+    run_torchrun("hf_neuron.compat.diffusers.tp_check", "--device", "neuron", "--modes", "memory",
+                 "--classes", ",".join(NEEDS_SUPPORT), "--out", str(out),
+                 env={"HF_NEURON_DISABLE": "diffusers.tp_plan_support"})
+    records = load_records(out)
+    assert {name: records[name]["ok"] for name in NEEDS_SUPPORT} == dict.fromkeys(NEEDS_SUPPORT, False), records

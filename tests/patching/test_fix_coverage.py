@@ -45,6 +45,8 @@ COVERAGE = {
     "trl.compiled_generation_on_neuron": "trl/test_preference_and_online.py::test_grpo_generation_compiles_once",
     "diffusers.repeated_blocks.*": "diffusers/test_fixes.py::test_gap_exists_without_the_adapter",
     "diffusers.tp_plan.*": "diffusers/test_fixes.py::test_gap_exists_without_the_adapter",
+    "diffusers.tp_plan_support": "diffusers/test_tp_plans.py::test_plans_alone_do_not_shard_correctly",
+    "diffusers.tp_clear_errors": "diffusers/test_tp_errors.py::test_upstream_rejections_do_not_name_the_class",
 }
 SWITCHES = ("upstream_behaviour", "HF_NEURON_DISABLE", "original(")
 

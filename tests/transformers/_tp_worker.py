@@ -2,7 +2,8 @@
 
     torchrun --nproc_per_node=N _tp_worker.py OUT.json MODEL_DIR [MODEL_DIR ...]
 
-Rank 0 writes ``{model_dir: new token ids}``; the graphs every rank compiles go to HF_NEURON_GRAPH_LOG.
+Each model generates the prompts one at a time, then two at a time, in one process. Rank 0 writes
+``{model_dir: {batch size: new token ids}}``; the graphs every rank compiles go to HF_NEURON_GRAPH_LOG.
 """
 
 import json
@@ -15,8 +16,9 @@ from transformers import AutoModelForCausalLM, DistributedConfig
 
 from hf_neuron.testing.generation_workload import generate_batches, workload_prompts
 
-PROMPT_LENGTHS = (20, 45)
-GENERATE = {"max_new_tokens": 6, "max_cache_len": 64, "prefill_chunk_size": 16}
+PROMPT_LENGTHS = (20, 45, 53, 30)  # remainders 4, 13, 5 and 14 modulo the 16-token chunk
+BATCH_SIZES = (1, 2)
+GENERATE = {"max_new_tokens": 6, "max_cache_len": 80, "prefill_chunk_size": 16}
 
 
 def main(out_path, *model_dirs):
@@ -30,8 +32,9 @@ def main(out_path, *model_dirs):
             path, distributed_config=DistributedConfig(tp_size=world_size), device_mesh=mesh
         )
         prompts = workload_prompts(model.config.vocab_size, PROMPT_LENGTHS)
-        tokens = generate_batches(model, prompts, len(prompts), **GENERATE)
-        results[path] = [t.tolist() for t in tokens]
+        results[path] = {
+            batch: [t.tolist() for t in generate_batches(model, prompts, batch, **GENERATE)] for batch in BATCH_SIZES
+        }
     if dist.get_rank() == 0:
         with open(out_path, "w") as f:
             json.dump(results, f)

@@ -35,14 +35,18 @@ def _generate(model, input_ids, max_new_tokens=3, **kwargs):
 
 
 def test_defaults_compile_with_static_cache(llama, fresh_dynamo):
-    prompt = _prompt(40)
-    expected = llama.generate(prompt, max_new_tokens=3, do_sample=False)
+    # Three lengths, each padded to the default 512-token chunk (a longer prompt padded to 1024 would
+    # leave no room in the default 1024-slot cache: generate warns and compiles one more graph).
+    prompts = [_prompt(length, seed) for seed, length in enumerate((40, 300, 470))]
+    expected = [llama.generate(prompt, max_new_tokens=3, do_sample=False) for prompt in prompts]
     llama.to("neuron")
-    out, graphs = _generate(llama, prompt)
-    assert isinstance(out.past_key_values, StaticCache)
-    assert out.past_key_values.get_max_length() == DEFAULT_MAX_CACHE_LEN
-    assert graphs == 2
-    assert torch.equal(out.sequences.cpu(), expected)
+    with graph_log.count_graphs() as graphs:
+        outs = [_generate(llama, prompt)[0] for prompt in prompts]
+    for out, want in zip(outs, expected):
+        assert isinstance(out.past_key_values, StaticCache)
+        assert out.past_key_values.get_max_length() == DEFAULT_MAX_CACHE_LEN
+        assert torch.equal(out.sequences.cpu(), want)
+    assert graphs.count == 2
 
 
 def test_without_the_fix_nothing_compiles(llama, fresh_dynamo):

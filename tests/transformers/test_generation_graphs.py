@@ -111,3 +111,35 @@ def test_probe_sees_the_gap_without_the_fix_only(fix_name):
     with upstream_behaviour(fix_name):
         assert probe() is True
     assert probe() is False
+
+
+# Prompt lengths with remainders 20, 5, 23 and 0 modulo the 32-token chunk; more than one chunk for most.
+MIXED_LENGTHS = (20, 37, 55, 64, 87)
+
+
+@pytest.mark.parametrize("kind", ["dense", "sliding"])
+def test_two_graphs_per_batch_size_and_cache_length_in_one_process(kind, fresh_dynamo):
+    """One process, no Dynamo reset: each new (batch size, max_cache_len) adds exactly its 2 graphs,
+    and running every configuration again compiles nothing. (Cache lengths ascend: a request for a
+    shorter cache than the model's current one of the same batch size reuses it, upstream.)"""
+    model = tiny_workload_model(kind)
+    prompts = workload_prompts(model.config.vocab_size, MIXED_LENGTHS)
+    configurations = [(1, 192), (2, 192), (1, 256), (2, 256)]
+    expected = {batch: generate_batches(model, prompts, batch) for batch in (1, 2)}  # CPU, eager
+    model.to("neuron")
+
+    added = {}
+    for batch, cache_len in configurations:
+        with graph_log.count_graphs() as graphs:
+            tokens = generate_batches(model, prompts, batch, max_cache_len=cache_len, prefill_chunk_size=32)
+        added[(batch, cache_len)] = graphs.count
+        assert all(torch.equal(got, want) for got, want in zip(tokens, expected[batch])), (batch, cache_len)
+    with graph_log.count_graphs() as again:
+        for batch, cache_len in configurations:
+            generate_batches(model, prompts, batch, max_cache_len=cache_len, prefill_chunk_size=32)
+
+    if kind == "dense":
+        assert added == dict.fromkeys(configurations, 2)
+    else:  # every layer's cache holds the 64-token window: the longer cache has the same shapes
+        assert added == {(1, 192): 2, (2, 192): 2, (1, 256): 0, (2, 256): 0}
+    assert again.count == 0

@@ -1,5 +1,6 @@
 """Tensor parallelism on Neuron: DistributedConfig(tp_size=N) over the "neuron" process group gives
-the greedy tokens of the single-device run, compiling 2 graphs per rank; bad layouts fail early."""
+the greedy tokens of the single-device run for prompts of four lengths at batch sizes 1 and 2, compiling
+2 graphs per rank and batch size; bad layouts fail early."""
 
 import json
 import os
@@ -30,13 +31,15 @@ def tiny_dirs(tmp_path_factory):
 def _single_device_tokens(path):
     sys.path.insert(0, str(WORKER.parent))
     try:
-        from _tp_worker import GENERATE, PROMPT_LENGTHS
+        from _tp_worker import BATCH_SIZES, GENERATE, PROMPT_LENGTHS
     finally:
         sys.path.pop(0)
     model = AutoModelForCausalLM.from_pretrained(path)
     prompts = workload_prompts(model.config.vocab_size, PROMPT_LENGTHS)
-    tokens = generate_batches(model, prompts, len(prompts), max_new_tokens=GENERATE["max_new_tokens"])
-    return [t.tolist() for t in tokens]
+    return {
+        str(batch): [t.tolist() for t in generate_batches(model, prompts, batch, max_new_tokens=GENERATE["max_new_tokens"])]
+        for batch in BATCH_SIZES
+    }
 
 
 @pytest.mark.distributed
@@ -53,7 +56,8 @@ def test_tp_generation_matches_single_device(tiny_dirs, tp_size, tmp_path):
     graphs = graph_log.read_log(log)
     assert all(g["status"] == "compiled" for g in graphs)
     for rank in range(tp_size):
-        assert sum(g["rank"] == rank for g in graphs) == 2 * len(tiny_dirs)  # prefill chunk + decode, per model
+        # prefill chunk + decode, per batch size and model
+        assert sum(g["rank"] == rank for g in graphs) == 2 * 2 * len(tiny_dirs)
 
 
 def _meta_model(arch, **overrides):

@@ -14,9 +14,9 @@ import random
 
 import pytest
 import torch
-from transformers import TrainerCallback
 
 from hf_neuron.patching import upstream_behaviour
+from hf_neuron.testing.training_graphs import GraphsDuringTraining
 from trl_sft_helpers import WORDS
 
 pytestmark = [pytest.mark.slow]
@@ -50,22 +50,6 @@ def prompt_file(tmp_path_factory):
     return path
 
 
-class GraphsPerStep(TrainerCallback):
-    def __init__(self):
-        self.after_step: list[int] = []
-        self.after_epoch: list[int] = []
-
-    def on_step_end(self, args, state, control, **kwargs):
-        from hf_neuron.simulator import graph_log
-
-        self.after_step.append(graph_log.graph_count())
-
-    def on_epoch_end(self, args, state, control, **kwargs):
-        from hf_neuron.simulator import graph_log
-
-        self.after_epoch.append(graph_log.graph_count())
-
-
 @pytest.fixture
 def fresh_graphs():
     from hf_neuron.simulator import graph_log
@@ -87,7 +71,7 @@ def _dpo_run(tiny_model_dir, preference_file, output_dir, on_cpu: bool):
         save_strategy="no", report_to="none", disable_tqdm=True, seed=0,
     )
     shapes = []
-    callback = GraphsPerStep()
+    callback = GraphsDuringTraining()
 
     class Recording(DPOTrainer):
         def training_step(self, model, inputs, *a, **k):
@@ -129,7 +113,7 @@ def test_grpo_generation_compiles_once(tiny_model_dir, prompt_file, tmp_path, fr
         num_train_epochs=1, learning_rate=1e-3, bf16=True, torch_compile=True, logging_steps=1,
         save_strategy="no", report_to="none", disable_tqdm=True, seed=0,
     )
-    callback = GraphsPerStep()
+    callback = GraphsDuringTraining()
     dataset = load_dataset("json", data_files=str(prompt_file))["train"]
     with upstream_behaviour("trl.compiled_generation_on_neuron"):
         upstream = GRPOTrainer(model=str(tiny_model_dir), reward_funcs=reward_length, args=args, train_dataset=dataset)
@@ -174,7 +158,7 @@ def test_other_trainers_train_compiled_with_bounded_graphs(kind, tiny_model_dir,
         output_dir=str(tmp_path), learning_rate=1e-3, bf16=True, torch_compile=True, logging_steps=1,
         save_strategy="no", report_to="none", disable_tqdm=True, seed=0, num_train_epochs=2,
     )
-    callback = GraphsPerStep()
+    callback = GraphsDuringTraining()
     if kind == "rloo":
         args = trl.RLOOConfig(per_device_train_batch_size=4, num_generations=4, max_completion_length=16, **common)
         trainer = trl.RLOOTrainer(

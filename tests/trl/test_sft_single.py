@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from trl_sft_helpers import RECIPE, chat_rows, check_standard_checkpoint, write_jsonl
+from trl_sft_helpers import LOSS_TOLERANCE, RECIPE, chat_rows, check_standard_checkpoint, write_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -63,16 +63,20 @@ def test_unpacked_batches_stay_within_the_128_buckets(sft_runs, long_chat_datase
         assert graphs[step] == per_set * len(seen), (step, shape, graphs)
 
 
+LORA = dict(use_peft="true", lora_r=4, lora_alpha=8, lora_target_modules="all-linear", learning_rate="5e-3")
+
+
 def test_peft_lora_trains_and_the_adapter_loads_on_cpu(sft_runs, tiny_model_dir):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    run = sft_runs(
-        "peft", use_peft="true", lora_r=4, lora_alpha=8, lora_target_modules="all-linear", learning_rate="5e-3"
-    )
+    run = sft_runs("peft", **LORA)
     result = run["results"][0]
     assert result["trainable"] and all(".lora_" in name for name in result["trainable"]), result["trainable"]
-    assert all(math.isfinite(x) for x in result["losses"])
+    cpu = sft_runs("peft-cpu", use_cpu="true", torch_compile="false", env={"HF_NEURON_SIMULATOR": "0"}, **LORA)
+    cpu_losses = cpu["results"][0]["losses"]
+    assert len(result["losses"]) == len(cpu_losses) == RECIPE["max_steps"]
+    assert max(abs(a - b) for a, b in zip(result["losses"], cpu_losses)) < LOSS_TOLERANCE, (result["losses"], cpu_losses)
 
     reference = torch.load(run["result_dir"] / "reference.pt")
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, device_map="cpu", dtype=torch.bfloat16)

@@ -19,9 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from transformers import TrainerCallback  # noqa: E402
 
 from trl_sft_helpers import load_script  # noqa: E402
+
+from hf_neuron.testing.training_graphs import GraphsDuringTraining  # noqa: E402
 
 RESULT_DIR = Path(os.environ["TRL_SFT_RESULT_DIR"])
 
@@ -75,27 +76,7 @@ def record_batches() -> None:
     SFTTrainer.prediction_step = prediction_step
 
 
-class Recorder(TrainerCallback):
-    def __init__(self):
-        self.graphs_after_step: list[int] = []
-        self.graphs_after_epoch: list[int] = []
-        self.graphs_after_evaluation: list[int] = []
-
-    def on_step_end(self, args, state, control, **kwargs):
-        from hf_neuron.simulator import graph_log
-
-        self.graphs_after_step.append(graph_log.graph_count())
-
-    def on_epoch_end(self, args, state, control, **kwargs):
-        from hf_neuron.simulator import graph_log
-
-        self.graphs_after_epoch.append(graph_log.graph_count())
-
-    def on_evaluate(self, args, state, control, **kwargs):
-        from hf_neuron.simulator import graph_log
-
-        self.graphs_after_evaluation.append(graph_log.graph_count())
-
+class Recorder(GraphsDuringTraining):
     def on_train_end(self, args, state, control, model=None, **kwargs):
         from hf_neuron.simulator import graph_log
 
@@ -108,9 +89,9 @@ class Recorder(TrainerCallback):
             "rank": _rank(),
             "world_size": int(os.environ.get("WORLD_SIZE", "1")),
             "losses": [entry["loss"] for entry in state.log_history if "loss" in entry],
-            "graphs_after_step": self.graphs_after_step,
-            "graphs_after_epoch": self.graphs_after_epoch,
-            "graphs_after_evaluation": self.graphs_after_evaluation,
+            "graphs_after_step": self.after_step,
+            "graphs_after_epoch": self.after_epoch,
+            "graphs_after_evaluation": self.after_evaluation,
             "eval_losses": [entry["eval_loss"] for entry in state.log_history if "eval_loss" in entry],
             "epochs": [entry.get("epoch") for entry in state.log_history if "loss" in entry],
             "batches": BATCHES,

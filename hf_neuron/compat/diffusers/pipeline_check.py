@@ -46,7 +46,7 @@ def check_family(name: str, device: str = "neuron", steps: int = STEPS, compile:
     record: dict = {"family": name, "ok": False}
     missing = family.missing_requirements()
     if missing:
-        record["skipped"] = f"needs {', '.join(missing)}"
+        record["skipped"] = f"not run: needs {', '.join(missing)}" + (f" ({family.requires_why})" if family.requires_why else "")
         return record
     with checking(record):
         pipe = family.build()
