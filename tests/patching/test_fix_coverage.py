@@ -22,6 +22,8 @@ COVERAGE = {
     "generate-compiled-prefill-mask": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
     "generate-pad-prompt-to-chunk": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
     "static-sliding-window-cache": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
+    "generate-recompile-limit":
+        "transformers/test_generation_graphs.py::test_more_batch_sizes_than_dynamos_default_recompile_limit",
     "generate-max-cache-len-check": "transformers/test_generation_defaults.py::test_without_the_check_the_cache_grows",
     "generate-neuron-defaults": "transformers/test_generation_defaults.py::test_without_the_fix_nothing_compiles",
     "device-map-neuron": "transformers/test_placement.py::test_upstream_leaves_neuron_unindexed",

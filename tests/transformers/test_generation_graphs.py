@@ -143,3 +143,35 @@ def test_two_graphs_per_batch_size_and_cache_length_in_one_process(kind, fresh_d
     else:  # every layer's cache holds the 64-token window: the longer cache has the same shapes
         assert added == {(1, 192): 2, (2, 192): 2, (1, 256): 0, (2, 256): 0}
     assert again.count == 0
+
+
+def _graphs_per_batch_size(model, prompts, batch_sizes):
+    added = []
+    for batch in batch_sizes:
+        with graph_log.count_graphs() as graphs:
+            tokens = generate_batches(model, prompts[:batch], batch, max_cache_len=128, prefill_chunk_size=32,
+                                      max_new_tokens=4)
+        added.append(graphs.count)
+        expected = generate_batches(model.to("cpu"), prompts[:batch], batch, max_new_tokens=4)
+        model.to("neuron")
+        assert all(torch.equal(got, want) for got, want in zip(tokens, expected)), batch
+    return added
+
+
+def test_more_batch_sizes_than_dynamos_default_recompile_limit(fresh_dynamo):
+    """Six batch sizes in one process (12 graphs, past Dynamo's default limit of 8): every one compiles.
+    Upstream compiles the first four and runs the fifth and sixth eagerly; so does a user-set limit."""
+    from hf_neuron.transformers.recompile_limit import FIX_NAME as LIMIT_FIX
+
+    prompts = workload_prompts(tiny_workload_model("dense").config.vocab_size, (20, 37, 55, 64, 87, 30))
+    batch_sizes = (1, 2, 3, 4, 5, 6)
+    assert _graphs_per_batch_size(tiny_workload_model("dense").to("neuron"), prompts, batch_sizes) == [2] * 6
+
+    torch._dynamo.reset()
+    with upstream_behaviour(LIMIT_FIX):
+        upstream = _graphs_per_batch_size(tiny_workload_model("dense").to("neuron"), prompts, batch_sizes)
+    assert upstream == [2, 2, 2, 2, 0, 0]
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=6):  # the user's limit wins
+        assert _graphs_per_batch_size(tiny_workload_model("dense").to("neuron"), prompts, batch_sizes[:4]) == [2, 2, 2, 0]
