@@ -11,7 +11,15 @@ Adapters (``hf_neuron.transformers``, ``hf_neuron.trl``, ``hf_neuron.diffusers``
 device change upstream objects only through these.
 """
 
-from hf_neuron.patching.attributes import is_enabled, is_patched, original, replace, upstream_behaviour, wrap
+from hf_neuron.patching.attributes import (
+    is_enabled,
+    is_patched,
+    original,
+    replace,
+    require_methods,
+    upstream_behaviour,
+    wrap,
+)
 from hf_neuron.patching.imports import deliver_finished, is_imported, when_imported
 from hf_neuron.patching.registry import (
     APPLIED,
@@ -55,6 +63,7 @@ __all__ = [
     "mark_unknown",
     "original",
     "replace",
+    "require_methods",
     "set_status",
     "unknown_fixes",
     "upstream_behaviour",

@@ -131,6 +131,13 @@ def replace(name: str, owner: Any, attr: str, value: Any, *, mapping: bool = Fal
         site.install(_disabled)
 
 
+def require_methods(owner: type, names) -> None:
+    """For a detector: raise (the fix cannot be decided) unless ``owner`` has every method it will wrap."""
+    missing = [name for name in names if not callable(getattr(owner, name, None))]
+    if missing:
+        raise RuntimeError(f"{owner.__module__}.{owner.__qualname__} has no {', '.join(missing)}")
+
+
 def original(owner: Any, attr: str, *, mapping: bool = False) -> Any:
     """The upstream value of ``owner.attr`` (``owner[attr]``): the recorded original when patched."""
     with _lock:

@@ -17,7 +17,7 @@ import logging
 import os
 
 from hf_neuron.devices import trains_on_neuron
-from hf_neuron.patching import fix, wrap
+from hf_neuron.patching import fix, require_methods, wrap
 from hf_neuron.patching.sources import module_mentions
 
 logger = logging.getLogger("hf_neuron")
@@ -30,6 +30,14 @@ REFUSAL = "Resuming is not supported for models sharded at load time"
 
 def _sharded_on_neuron(model, args) -> bool:
     return trains_on_neuron(args) and bool(getattr(model, "is_distributed_loading_by_transformers", False))
+
+
+def _sharded_folder(trainer, checkpoint) -> str | None:
+    """The checkpoint's ``sharded_state/`` folder, when this trainer's model is sharded on Neuron and has one."""
+    if checkpoint is None or not _sharded_on_neuron(trainer.model, trainer.args):
+        return None
+    folder = os.path.join(checkpoint, SHARDED_STATE)
+    return folder if os.path.isdir(folder) else None
 
 
 def _torch_optimizer(optimizer):
@@ -77,8 +85,8 @@ def _save_optimizer_and_scheduler(original, self, output_dir, *args, **kwargs):
 
 
 def _load_from_checkpoint(original, self, checkpoint, model=None, *args, **kwargs):
-    folder = os.path.join(checkpoint, SHARDED_STATE)
-    if not _sharded_on_neuron(self.model, self.args) or not os.path.isdir(folder):
+    folder = _sharded_folder(self, checkpoint)
+    if folder is None:
         return original(self, checkpoint, model, *args, **kwargs)
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
@@ -90,8 +98,8 @@ def _load_from_checkpoint(original, self, checkpoint, model=None, *args, **kwarg
 
 
 def _load_optimizer_and_scheduler(original, self, checkpoint, *args, **kwargs):
-    folder = os.path.join(checkpoint, SHARDED_STATE) if checkpoint is not None else None
-    if folder is None or not _sharded_on_neuron(self.model, self.args) or not os.path.isdir(folder):
+    folder = _sharded_folder(self, checkpoint)
+    if folder is None:
         return original(self, checkpoint, *args, **kwargs)
     import torch
     import torch.distributed.checkpoint as dcp
@@ -122,9 +130,7 @@ def _trainer_refuses_sharded_resume() -> bool:
     if refuses:
         from transformers.trainer import Trainer
 
-        missing = [name for name in HOOKS if not callable(getattr(Trainer, name, None))]
-        if missing:
-            raise RuntimeError(f"transformers.Trainer has no {', '.join(missing)}")
+        require_methods(Trainer, HOOKS)
     return refuses
 
 

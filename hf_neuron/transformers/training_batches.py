@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from hf_neuron.devices import trains_on_neuron
-from hf_neuron.patching import fix, wrap
+from hf_neuron.patching import fix, require_methods, wrap
 
 logger = logging.getLogger("hf_neuron")
 
@@ -108,9 +108,7 @@ def _full_batches_on_neuron(original, self, *args, **kwargs):
 def _trainer_builds_dataloaders() -> bool:
     from transformers.trainer import Trainer
 
-    missing = [name for name in DATALOADER_METHODS if not callable(getattr(Trainer, name, None))]
-    if missing:
-        raise RuntimeError(f"transformers.Trainer has no {', '.join(missing)}")
+    require_methods(Trainer, DATALOADER_METHODS)
     # Whether a batch comes out short is seen batch by batch: a full batch is left as it is.
     return True
 
