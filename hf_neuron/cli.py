@@ -13,13 +13,16 @@ COMMAND_MODULES = [
     "tiny_model",
     "demo",
     "compat",
+    "plan",
+    "warmup",
+    "cache",
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hf-neuron",
-        description="Hugging Face on AWS Trainium (TorchNeuron): environment, tiny models, demos, compatibility.",
+        description="Hugging Face on AWS Trainium (TorchNeuron): environment, tiny models, demos, compatibility, cold start.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:

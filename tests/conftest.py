@@ -5,6 +5,7 @@ Where a real torch-neuronx is installed this stays off and the same tests run on
 
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -18,6 +19,8 @@ ISOLATED_PREFIXES = ("HF_NEURON_SIM_", "NEURON_")
 ISOLATED_NAMES = ("HF_NEURON_DISABLE",)
 for _name in [n for n in os.environ if n.startswith(ISOLATED_PREFIXES) or n in ISOLATED_NAMES]:
     del os.environ[_name]
+# Compiled-graph cache entries of this session only: hits and misses must not depend on earlier runs.
+os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = tempfile.mkdtemp(prefix="hf_neuron-test-neff-")
 
 import torch  # noqa: E402
 

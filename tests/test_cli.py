@@ -38,3 +38,26 @@ def test_demo_generates_cpu_tokens_on_neuron(capsys):
 
 def test_no_command_prints_help(capsys):
     assert main([]) == 2
+
+
+def test_warmup_command_compiles_the_planned_graphs_once(tmp_path, capsys, monkeypatch):
+    from hf_neuron.testing.tiny_models import save_tiny_model
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff"))
+    model = save_tiny_model("llama", tmp_path / "llama")
+    workload = [str(model), "--batch-sizes", "1,2", "--max-cache-len", "128", "--prefill-chunk", "32"]
+    assert main(["plan", *workload]) == 0
+    assert "graphs: 4" in capsys.readouterr().out
+    assert main(["warmup", *workload]) == 0
+    out = capsys.readouterr().out
+    assert "warm-up: 4 graphs" in out and "compiled (cache misses): 4" in out, out
+    assert main(["warmup", *workload]) == 0  # again: every graph is loaded from the cache
+    out = capsys.readouterr().out
+    assert "compiled (cache misses): 0, loaded from the cache: 4" in out, out
+
+
+def test_plan_and_warmup_reject_a_missing_model(tmp_path, capsys):
+    assert main(["plan", str(tmp_path / "nope")]) == 2
+    assert "no such model folder" in capsys.readouterr().err
+    assert main(["warmup", str(tmp_path / "nope")]) == 2
+    assert "not a local model folder" in capsys.readouterr().err

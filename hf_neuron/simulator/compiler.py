@@ -17,7 +17,8 @@ simulated compiler runs it, holding graphs to what TorchNeuron's compiler accept
 
 Accepted graphs run with AOTAutograd and eager execution of the forward and backward graphs
 (``aot_eager`` semantics), so results equal eager. Every graph is recorded in
-:mod:`hf_neuron.simulator.graph_log`.
+:mod:`hf_neuron.simulator.graph_log`, with whether the persistent compiled-graph cache
+(:mod:`hf_neuron.simulator.neff_cache`, under ``TORCH_NEURONX_NEFF_CACHE_DIR``) had it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import os
 import warnings
 from typing import Any
 
-from hf_neuron.simulator import graph_log
+from hf_neuron.simulator import graph_log, neff_cache
 
 DYNAMIC_SHAPES_MESSAGE = "Dynamic shapes detected in the model, but torch-neuronx requires static shapes"
 FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
@@ -158,6 +159,7 @@ class _SimulatedCompile:
             "inputs": [self._input_entry(x) for x in self.example_inputs],
             "device": self._device(),
             "mode": mode or "default",
+            "names": [node.name for node in gm.graph.find_nodes(op="placeholder")],
         }
         self.record: dict[str, Any] | None = None
         self.pending_backward: dict[str, Any] | None = None
@@ -310,6 +312,8 @@ class _SimulatedCompile:
         fields.setdefault("ops", None)
         fields.setdefault("forward_nodes", None)
         fields.setdefault("backward", None)
+        fields.setdefault("cache", neff_cache.MISS)  # rejected before the lookup: a compile was attempted
+        fields.setdefault("cache_key", None)
         fields["error"] = None if error is None else f"{type(error).__name__}: {error}"
         self.record = graph_log.record_graph(**fields)
         if self.pending_backward is not None:
@@ -321,12 +325,18 @@ class _SimulatedCompile:
         self._check_mode()
         try:
             self._check_static_inputs()
+            key = neff_cache.graph_key(self.gm, self.example_inputs, self.mode)
+            cached = neff_cache.lookup(key, neff_cache.portable_code(self.gm))
+            self.fields.update(cache=neff_cache.MISS if cached is None else neff_cache.HIT, cache_key=key)
             compiled = aot_autograd(
                 fw_compiler=functools.partial(self._compile_forward, has_backward=True),
                 bw_compiler=self._compile_backward,
                 inference_compiler=functools.partial(self._compile_forward, has_backward=False),
                 keep_inference_input_mutations=True,
             )(self.gm, self.example_inputs)
+            # The compiled callable outlives this call: it must not keep the first call's tensors (a
+            # generation's whole KV cache, say) alive, as a device compiler keeps only their shapes.
+            self.example_inputs = None
         except NeuronDynamicShapesError as e:
             self._record("rejected", e)
             raise
@@ -337,6 +347,9 @@ class _SimulatedCompile:
             _warn_fallback(e)
             self._record("fallback", e)
             return self.gm.forward
+        if cached is None:
+            neff_cache.store(key, neff_cache.portable_code(self.gm), inputs=self.fields["inputs"], ops=self.fields.get("ops"),
+                             forward_nodes=self.fields.get("forward_nodes"), flags=neff_cache.compiler_flags(self.mode))
         self._record("compiled")
         return compiled
 

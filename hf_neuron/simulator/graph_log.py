@@ -16,8 +16,11 @@ compile, including compiles that were rejected or fell back to eager: each costs
 device). Its keys: ``kind, pid, rank, index`` (per-process count, never reused by ``reset()``),
 ``status`` (``"compiled"``, ``"fallback"`` or ``"rejected"``), ``node_count`` (nodes of the Dynamo
 graph), ``inputs`` (``[shape, dtype]`` per graph input; ``[None, type name]`` for non-tensors),
-``device``, ``ops`` (sorted ATen ops of the forward graph), ``forward_nodes``, ``backward``
-(whether a backward graph will be compiled), ``mode``, ``error`` and ``time``. AOTAutograd
+``names`` (the graph's placeholder names, in input order), ``device``, ``ops`` (sorted ATen ops of
+the forward graph), ``forward_nodes``, ``backward`` (whether a backward graph will be compiled),
+``mode``, ``error``, ``time``, and ``cache``: ``"hit"`` when the persistent compiled-graph cache had
+the graph (on Trainium: the NEFF was loaded, no neuronx-cc run), else ``"miss"``, with its
+``cache_key``. AOTAutograd
 compiles the backward graph at the first ``.backward()``; it then adds a record of kind
 ``"backward"`` with ``graph_index`` (the forward's ``index``), ``node_count`` and ``ops``, and
 fills ``backward_nodes`` / ``backward_ops`` on the in-process forward record.
@@ -114,6 +117,14 @@ def reset() -> None:
         _records.clear()
 
 
+def input_shape(record: dict[str, Any], name: str = "input_ids") -> tuple[int, ...] | None:
+    """The shape of the record's graph input whose placeholder name contains ``name``, or None."""
+    for placeholder, (shape, _dtype) in zip(record.get("names") or (), record.get("inputs") or ()):
+        if name in placeholder and shape is not None:
+            return tuple(shape)
+    return None
+
+
 def read_log(path: str | os.PathLike[str] | None = None, kind: str | None = "graph") -> list[dict[str, Any]]:
     """Records appended to ``path`` (default ``$HF_NEURON_GRAPH_LOG``) by every process.
 
@@ -160,11 +171,20 @@ class GraphCounter:
     def count(self) -> int:
         return len(self.records)
 
+    @property
+    def misses(self) -> int:
+        """Graphs of the block that the persistent cache did not have: the compiles a device would run."""
+        return sum(1 for r in self.records if r.get("cache") != "hit")
+
+    @property
+    def hits(self) -> int:
+        return sum(1 for r in self.records if r.get("cache") == "hit")
+
     def _freeze(self) -> None:
         self._frozen = self._select()
 
     def __repr__(self) -> str:
-        return f"GraphCounter(count={self.count})"
+        return f"GraphCounter(count={self.count}, misses={self.misses})"
 
 
 @contextlib.contextmanager

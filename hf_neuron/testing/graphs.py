@@ -9,7 +9,11 @@ when the simulator is active and the second otherwise, so the same check runs in
     with count_graphs() as graphs:
         model(x)
     graphs.count        # final once the block has exited
+    graphs.misses       # graphs the persistent compiled-graph cache did not have (real compiles)
     graphs.records      # the simulator's per-graph records ([] without the simulator)
+
+Misses come from the simulator's records (``cache: "hit"/"miss"``); on Trainium from the entries
+that appeared in the NEFF cache directory during the block (None when no directory is known).
 """
 
 from __future__ import annotations
@@ -27,6 +31,12 @@ def _simulated() -> bool:
     return is_simulated()
 
 
+def _cache_entries() -> set[str] | None:
+    from hf_neuron.compile_cache import entry_names
+
+    return entry_names()
+
+
 def _dynamo_unique_graphs() -> int:
     from torch._dynamo.utils import counters
 
@@ -41,7 +51,9 @@ class CompiledGraphs:
         self.source = source
         self._log_counter = log_counter
         self._dynamo_start = _dynamo_unique_graphs() if log_counter is None else 0
+        self._entries_start = None if log_counter is not None else _cache_entries()
         self._final: int | None = None
+        self._final_misses: int | None = None
 
     @property
     def count(self) -> int:
@@ -52,11 +64,21 @@ class CompiledGraphs:
         return _dynamo_unique_graphs() - self._dynamo_start
 
     @property
+    def misses(self) -> int | None:
+        if self._final_misses is not None:
+            return self._final_misses
+        if self._log_counter is not None:
+            return int(self._log_counter.misses)
+        if self._entries_start is None:
+            return None
+        return len((_cache_entries() or set()) - self._entries_start)
+
+    @property
     def records(self) -> list[dict[str, Any]]:
         return list(self._log_counter.records) if self._log_counter is not None else []
 
     def __repr__(self) -> str:
-        return f"CompiledGraphs(count={self.count}, source={self.source!r})"
+        return f"CompiledGraphs(count={self.count}, misses={self.misses}, source={self.source!r})"
 
 
 @contextlib.contextmanager
@@ -75,3 +97,4 @@ def count_graphs() -> Iterator[CompiledGraphs]:
         finally:
             stack.close()  # the graph log freezes its records here
             counted._final = counted.count
+            counted._final_misses = counted.misses

@@ -16,6 +16,8 @@ Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies n
 - :mod:`.resume`: checkpoints of models sharded at load time can be resumed on Neuron.
 - :mod:`.checkpointing`: compiled activation checkpointing saves random ops (attention) on Neuron.
 - :mod:`.tokenization`: prompts left padded to a multiple of the prefill chunk size.
+- :mod:`.warmup`: ``warmup(model, batch_sizes, max_cache_len)`` compiles generation's graphs before traffic.
+- :mod:`.plan`: the graphs and device memory a workload will need, predicted before anything compiles.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from hf_neuron.transformers.generation import (
     resolve_prefill_chunk_size,
 )
 from hf_neuron.transformers.tokenization import generation_padding_kwargs, tokenize_chats, tokenize_prompts
+from hf_neuron.transformers.warmup import WarmupReport, warmup
 
 # Modules whose import registers fixes (importing them does not import Transformers submodules).
 FIX_MODULES = (
@@ -61,4 +64,6 @@ __all__ = [
     "tokenize_chats",
     "tokenize_prompts",
     "upstream_behaviour",
+    "warmup",
+    "WarmupReport",
 ]

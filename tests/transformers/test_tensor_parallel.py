@@ -1,6 +1,6 @@
 """Tensor parallelism on Neuron: DistributedConfig(tp_size=N) over the "neuron" process group gives
 the greedy tokens of the single-device run for prompts of four lengths at batch sizes 1 and 2, compiling
-2 graphs per rank and batch size; bad layouts fail early."""
+2 graphs per rank and batch size (the graphs `hf-neuron plan --tp N` predicts); bad layouts fail early."""
 
 import json
 import os
@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, DistributedConfig
 from hf_neuron.simulator import graph_log
 from hf_neuron.testing.tiny_models import build_model, save_tiny_model
 from hf_neuron.transformers import tensor_parallel, upstream_behaviour
+from hf_neuron.transformers.plan import plan_generation, planned_shapes
 from hf_neuron.testing.generation_workload import generate_batches, workload_prompts
 
 WORKER = Path(__file__).with_name("_tp_worker.py")
@@ -58,6 +59,13 @@ def test_tp_generation_matches_single_device(tiny_dirs, tp_size, tmp_path):
     for rank in range(tp_size):
         # prefill chunk + decode, per batch size and model
         assert sum(g["rank"] == rank for g in graphs) == 2 * 2 * len(tiny_dirs)
+    # `hf-neuron plan --tp N` predicted exactly these graphs for every rank
+    from _tp_worker import BATCH_SIZES, GENERATE
+
+    planned = sorted(shape for path in tiny_dirs for shape in planned_shapes(
+        plan_generation(path, BATCH_SIZES, GENERATE["max_cache_len"], GENERATE["prefill_chunk_size"], tp=tp_size)))
+    for rank in range(tp_size):
+        assert sorted(graph_log.input_shape(g) for g in graphs if g["rank"] == rank) == planned
 
 
 def _meta_model(arch, **overrides):

@@ -1,0 +1,64 @@
+"""``hf-neuron cache export FILE`` / ``import FILE`` / ``info``: move compiled graphs between machines.
+
+Export packs TorchNeuron's compiled-graph cache (``TORCH_NEURONX_NEFF_CACHE_DIR``), Dynamo's cache
+artifacts a warm-up saved, and a manifest of the versions and device kind that compiled them. Import
+unpacks them on another machine with the same environment; where anything differs it names each
+difference and imports nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("cache", help="export / import the compiled-graph cache",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cache_command", metavar="ACTION")
+    export = sub.add_parser("export", help="pack the compiled-graph cache into FILE (.tar.gz)")
+    export.add_argument("file", metavar="FILE")
+    export.set_defaults(func=run_export)
+    imported = sub.add_parser("import", help="unpack FILE into this machine's compiled-graph cache")
+    imported.add_argument("file", metavar="FILE")
+    imported.set_defaults(func=run_import)
+    info = sub.add_parser("info", help="where the cache is, how many files it holds, this environment")
+    info.set_defaults(func=run_info)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from hf_neuron.compile_cache import CacheError, cache_dir, export_cache
+
+    try:
+        manifest = export_cache(args.file)
+    except CacheError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"exported {manifest['files']} files from {cache_dir()} to {args.file} "
+          f"(torch {manifest['torch']}, torch-neuronx {manifest['torch_neuronx']}, transformers "
+          f"{manifest['transformers']}, device {manifest['device']})")
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from hf_neuron.compile_cache import CacheError, cache_dir, import_cache
+
+    try:
+        manifest = import_cache(args.file)
+    except CacheError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"imported {manifest['imported']} files into {cache_dir()}")
+    return 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from hf_neuron.compile_cache import cache_dir, cache_files, environment
+
+    directory = cache_dir()
+    print(json.dumps({"cache_dir": None if directory is None else str(directory),
+                      "files": len(cache_files(directory)) if directory else 0, "environment": environment()},
+                     indent=1))
+    return 0

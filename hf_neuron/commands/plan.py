@@ -1,0 +1,67 @@
+"""``hf-neuron plan MODEL``: the graphs a workload will compile and the device memory it needs, before compiling.
+
+MODEL is a local model folder or a config.json; the model is built on the meta device (no weights
+read). Generation is planned by default; ``--train`` plans a TRL SFT run instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers such as 1,4") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers such as 1,4")
+    return values
+
+
+def add_generation_arguments(p: argparse.ArgumentParser) -> None:
+    """The workload options ``plan`` and ``warmup`` share (the same values must be used for both)."""
+    p.add_argument("model", metavar="MODEL", help="local model folder (or, for plan, a config.json)")
+    p.add_argument("--batch-sizes", type=int_list, default=[1], metavar="1,4",
+                   help="generation batch sizes (default: 1)")
+    p.add_argument("--max-cache-len", type=int, default=None, metavar="N",
+                   help="static cache length of generate (default: hf_neuron's 1024)")
+    p.add_argument("--prefill-chunk", type=int, default=None, metavar="N",
+                   help="prefill chunk size (default: min(512, max cache length))")
+    p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel size (default: 1)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the config's)")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("plan", help="predict the graphs and device memory of a workload, compiling nothing",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_generation_arguments(p)
+    p.add_argument("--train", action="store_true", help="plan a TRL SFT run (torch_compile) instead of generation")
+    p.add_argument("--max-length", type=int, default=2048, metavar="N", help="SFT max_length (default: 2048)")
+    p.add_argument("--per-device-batch", type=int, default=1, metavar="N", help="SFT batch per device (default: 1)")
+    p.add_argument("--packing", action="store_true", help="SFT with packing")
+    p.add_argument("--packing-strategy", choices=("bfd", "wrapped"), default="bfd",
+                   help="TRL packing strategy (default: bfd)")
+    p.add_argument("--instance", default="trn2", help="trn2, trn2u or trn3 (default: trn2)")
+    p.add_argument("--lnc", type=int, default=2, choices=(1, 2), help="NEURON_LOGICAL_NC_CONFIG (default: 2)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hf_neuron.transformers.plan import PlanError, plan_generation, plan_training
+
+    hardware = {"tp": args.tp, "dtype": args.dtype, "instance": args.instance, "logical_nc_config": args.lnc}
+    try:
+        if args.train:
+            plan = plan_training(args.model, args.max_length, args.per_device_batch, packing=args.packing,
+                                 packing_strategy=args.packing_strategy, **hardware)
+        else:
+            plan = plan_generation(args.model, args.batch_sizes, args.max_cache_len, args.prefill_chunk, **hardware)
+    except PlanError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(plan.to_dict(), indent=1) if args.json else plan.render())
+    return 0 if plan.memory.fits else 1

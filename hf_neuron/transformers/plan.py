@@ -1,0 +1,544 @@
+"""The graphs a workload will compile on Neuron and the device memory it needs, before anything compiles.
+
+Every distinct graph is a neuronx-cc compile of minutes on Trainium, and a model that does not fit a
+NeuronCore fails only after loading. The plan answers both up front from the model's configuration
+alone: the model is instantiated on the ``meta`` device (no weights read, no memory used) and each
+planned input shape is traced by Dynamo into a recording backend that runs the graph on meta
+tensors. That gives, per shape, the number of graphs Dynamo produces (graph breaks included) and the
+peak memory of the tensors the graph creates; nothing is compiled for a device.
+
+- Generation (``plan_generation``): per batch size, the prefill-chunk graph ([batch, chunk]) and the
+  decode graph ([batch, 1]) of compiled ``generate`` with a static cache of ``max_cache_len``;
+  memory = weights (per tensor-parallel rank) + static KV cache + the larger graph's activations.
+- Training (``plan_training``): the batch shapes of a TRL SFT run on Neuron (packed: one shape;
+  unpacked: the multiples of 128 up to ``max_length``) and the graphs of one training step per
+  shape, counted by running one real SFT step of the same architecture at the tiny size on CPU with
+  Dynamo's ``eager`` backend; memory = weights + gradients + AdamW state + the step's activations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import re
+import weakref
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hf_neuron.transformers.generation import DEFAULT_MAX_CACHE_LEN, resolve_prefill_chunk_size
+
+#: TRL pads unpacked SFT batches to a multiple of this on Neuron (``pad_to_multiple_of="auto"``).
+TRAINING_PAD_MULTIPLE = 128
+
+
+class PlanError(ValueError):
+    """The workload cannot be planned as given; the message says what to change."""
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclasses.dataclass
+class PlannedGraph:
+    """One graph the workload compiles (``count`` > 1 when a shape is split by graph breaks)."""
+
+    kind: str  # "prefill", "decode" or "train"
+    batch_size: int
+    tokens: int
+    count: int
+
+    @property
+    def input_ids(self) -> list[int]:
+        return [self.batch_size, self.tokens]
+
+
+@dataclasses.dataclass
+class MemoryEstimate:
+    """Bytes per NeuronCore (one tensor-parallel rank)."""
+
+    weights: int
+    kv_cache: int = 0
+    activations: int = 0
+    gradients: int = 0
+    optimizer: int = 0
+    device_bytes: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.activations + self.gradients + self.optimizer
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.device_bytes
+
+
+@dataclasses.dataclass
+class Plan:
+    workload: str  # "generation" or "training"
+    model_type: str
+    dtype: str
+    tp: int
+    graphs: list[PlannedGraph]
+    memory: MemoryEstimate
+    device: str
+    compiled: bool = True
+    eager_reason: str | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def graph_count(self) -> int:
+        """Graphs each rank compiles."""
+        return sum(g.count for g in self.graphs)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["graph_count"] = self.graph_count
+        out["memory"]["total"] = self.memory.total
+        out["memory"]["fits"] = self.memory.fits
+        return out
+
+    def render(self) -> str:
+        """The plan as the CLI prints it."""
+        per = " per rank" if self.tp > 1 else ""
+        lines = [f"{self.workload} plan: {self.model_type} ({self.dtype}), tensor parallel {self.tp}"]
+        if not self.compiled:
+            lines.append(f"  runs uncompiled (eager): {self.eager_reason}")
+        lines.append(f"  graphs{per}: {self.graph_count}")
+        for g in self.graphs:
+            split = f"  ({g.count} graphs: graph breaks)" if g.count > 1 else ""
+            lines.append(f"    {g.kind:<8} input_ids [{g.batch_size}, {g.tokens}]{split}")
+        m = self.memory
+        lines.append(f"  device memory{per} (NeuronCore of {self.device}: {_gib(m.device_bytes)}):")
+        for label, value in (("weights", m.weights), ("KV cache", m.kv_cache), ("activations", m.activations),
+                             ("gradients", m.gradients), ("AdamW state", m.optimizer)):
+            if value:
+                lines.append(f"    {label:<12} {_gib(value)}")
+        verdict = "fits" if m.fits else "does NOT fit"
+        lines.append(f"    {'total':<12} {_gib(m.total)}: {verdict} ({100 * m.total / max(m.device_bytes, 1):.1f}% of the core)")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+def _gib(n: int) -> str:
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.2f} MiB"
+    return f"{n / 1024:.1f} KiB"
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def load_config(source):
+    """A Transformers config from a local model folder, a ``config.json`` file, or a config object."""
+    from transformers import AutoConfig, PretrainedConfig
+
+    if isinstance(source, PretrainedConfig):
+        return source
+    path = Path(source)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise PlanError(f"{path} has no config.json: pass a model folder saved with save_pretrained, or a config file")
+        return AutoConfig.from_pretrained(path)
+    if path.is_file():
+        data = json.loads(path.read_text())
+        if "model_type" not in data:
+            raise PlanError(f"{path} has no model_type: pass a Transformers config.json")
+        return AutoConfig.for_model(**data)
+    raise PlanError(f"{source}: no such model folder or config file (MODEL is a local folder or a config.json)")
+
+
+def device_bytes(instance: str = "trn2", logical_nc_config: int = 2) -> int:
+    """HBM of one logical NeuronCore: 24 GiB on trn2 at LNC=2, 36 GiB on trn3."""
+    from hf_neuron.simulator.config import HBM_GIB_PER_CHIP, PHYSICAL_CORES_PER_CHIP
+
+    if instance not in HBM_GIB_PER_CHIP:
+        raise PlanError(f"unknown instance family {instance!r}: use one of {sorted(HBM_GIB_PER_CHIP)}")
+    if logical_nc_config not in (1, 2):
+        raise PlanError(f"logical NeuronCore config {logical_nc_config}: TorchNeuron supports 1 or 2")
+    return (HBM_GIB_PER_CHIP[instance] << 30) // (PHYSICAL_CORES_PER_CHIP // logical_nc_config)
+
+
+def _resolve_dtype(config, dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = dtype or getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32"
+    if isinstance(name, torch.dtype):
+        return name
+    resolved = getattr(torch, str(name).removeprefix("torch."), None)
+    if not isinstance(resolved, torch.dtype):
+        raise PlanError(f"unknown dtype {name!r}: use float32, bfloat16 or float16")
+    return resolved
+
+
+def meta_model(config, dtype: torch.dtype):
+    """The model of ``config`` on the meta device: shapes only, no memory, nothing read."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, dtype=dtype)
+
+
+def _positive(name: str, value: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise PlanError(f"{name} must be a positive integer; got {value!r}")
+    return value
+
+
+# ----------------------------------------------------------------------------- meta tracing
+
+
+def _storage_bytes(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().nbytes()
+
+
+class _PeakTensorBytes(torch.utils._python_dispatch.TorchDispatchMode):
+    """Peak bytes of the storages created while active: a storage counts once, from the op that creates
+    it until the last tensor viewing it is gone (views, in-place results and inputs are not new memory)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, list[int]] = {}  # storage -> [bytes, tensors viewing it]
+        self.total = 0
+        self.peak = 0
+
+    def _release(self, storage: int) -> None:
+        entry = self.live[storage]
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.total -= entry[0]
+            del self.live[storage]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        import torch.utils._pytree as pytree
+
+        out = func(*args, **(kwargs or {}))
+        inputs = {x.untyped_storage()._cdata for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)}
+        for value in pytree.tree_leaves(out):
+            if not isinstance(value, torch.Tensor):
+                continue
+            storage = value.untyped_storage()
+            key = storage._cdata
+            if key in self.live:
+                self.live[key][1] += 1
+            elif key in inputs:
+                continue  # memory that existed before this op (weights, the cache, an input)
+            else:
+                self.live[key] = [storage.nbytes(), 1]
+                self.total += storage.nbytes()
+                self.peak = max(self.peak, self.total)
+            weakref.finalize(value, self._release, key)
+        return out
+
+
+class _RecordingBackend:
+    """A Dynamo backend that counts graphs and measures each one's peak on meta tensors; compiles nothing."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+        self.peak = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+
+        def run(*args):
+            with _PeakTensorBytes() as measured:
+                result = gm.forward(*args)
+            self.peak = max(self.peak, measured.peak)
+            return result
+
+        return run
+
+
+@contextlib.contextmanager
+def _fresh_dynamo():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    try:
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=64):
+            yield
+    finally:
+        torch._dynamo.reset()
+
+
+def _static_cache(model, batch_size: int, max_cache_len: int):
+    """The static cache ``generate`` allocates for a compiled chunked prefill, on the meta device."""
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=max_cache_len)
+    shape = model._get_static_cache_init_shape() if hasattr(model, "_get_static_cache_init_shape") else None
+    if shape is not None:
+        cache.early_initialization(batch_size=batch_size, num_heads=shape[0], head_dim=shape[1],
+                                   dtype=model.dtype, device=torch.device("meta"))
+    return cache
+
+
+def _cache_bytes(cache) -> int:
+    total = 0
+    for layer in getattr(cache, "layers", ()):
+        for name in ("keys", "values"):
+            value = getattr(layer, name, None)
+            if isinstance(value, torch.Tensor):
+                total += _storage_bytes(value)
+    return total
+
+
+def _trace_generation(model, cache, batch_size: int, chunk: int) -> tuple[int, int, int]:
+    """(prefill graphs, decode graphs, activation peak) of one batch size, traced on the meta device."""
+    from hf_neuron.transformers.generation import cache_keyword
+
+    backend = _RecordingBackend()
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    counts = []
+    meta = torch.device("meta")
+    with torch.no_grad():
+        for start, tokens in ((0, chunk), (chunk, 1)):
+            before = backend.graphs
+            compiled(
+                input_ids=torch.zeros(batch_size, tokens, dtype=torch.long, device=meta),
+                attention_mask=torch.ones(batch_size, start + tokens, dtype=torch.long, device=meta),
+                cache_position=torch.arange(start, start + tokens, device=meta),
+                use_cache=True,
+                logits_to_keep=1,
+                **{cache_keyword(): cache},
+            )
+            counts.append(backend.graphs - before)
+    return counts[0], counts[1], backend.peak
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+def _tp_patterns(model) -> list[re.Pattern]:
+    plan = getattr(model, "_tp_plan", None) or {}
+    return [re.compile("^" + re.escape(key).replace(r"\*", r"\d+") + r"(\.|$)") for key in plan]
+
+
+def _weight_bytes(model, tp: int) -> int:
+    """Parameter and buffer bytes one rank holds: modules in the model's TP plan are split ``tp`` ways."""
+    patterns = _tp_patterns(model) if tp > 1 else []
+    total = 0
+    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+        nbytes = tensor.numel() * tensor.element_size()
+        if patterns and any(p.match(name) for p in patterns):
+            nbytes = math.ceil(nbytes / tp)
+        total += nbytes
+    return total
+
+
+def _check_tp(model, tp: int) -> None:
+    if tp == 1:
+        return
+    if not getattr(model, "_tp_plan", None):
+        raise PlanError(f"{model.config.model_type} has no tensor-parallel plan (base_model_tp_plan): plan it with --tp 1")
+    text = model.config.get_text_config(decoder=True)
+    for name in ("num_attention_heads", "num_key_value_heads"):
+        heads = getattr(text, name, None)
+        if isinstance(heads, int) and heads % tp:
+            raise PlanError(f"{name}={heads} does not divide by tp={tp}: pick a tensor-parallel size that divides it")
+
+
+def _generation_compiles(model) -> tuple[bool, str | None]:
+    """Whether ``generate`` on Neuron compiles this architecture (the criteria its static-cache path uses)."""
+    if not getattr(model, "_can_compile_fullgraph", False):
+        return False, f"{type(model).__name__} sets _can_compile_fullgraph=False, so generate does not compile it"
+    if not model._supports_default_dynamic_cache():
+        return False, f"{type(model).__name__} keeps a cache with no static form (recurrent or convolutional state)"
+    return True, None
+
+
+# ----------------------------------------------------------------------------- plans
+
+
+def plan_generation(
+    source,
+    batch_sizes=(1,),
+    max_cache_len: int | None = None,
+    prefill_chunk_size: int | None = None,
+    *,
+    tp: int = 1,
+    dtype=None,
+    instance: str = "trn2",
+    logical_nc_config: int = 2,
+) -> Plan:
+    """Graphs and memory of compiled greedy generation for each batch size (see the module docstring)."""
+    config = load_config(source)
+    sizes = sorted({_positive("batch size", b) for b in ([batch_sizes] if isinstance(batch_sizes, int) else batch_sizes)})
+    if not sizes:
+        raise PlanError("give at least one batch size, e.g. --batch-sizes 1,4")
+    cache_len = _positive("max_cache_len", int(max_cache_len or DEFAULT_MAX_CACHE_LEN))
+    chunk = _positive("prefill_chunk_size", resolve_prefill_chunk_size(prefill_chunk_size, cache_len))
+    if chunk >= cache_len:
+        raise PlanError(f"prefill_chunk_size={chunk} leaves no room in max_cache_len={cache_len} for generated tokens")
+    torch_dtype = _resolve_dtype(config, dtype)
+    model = meta_model(config, torch_dtype)
+    _check_tp(model, _positive("tp", tp))
+    memory = MemoryEstimate(weights=_weight_bytes(model, tp), device_bytes=device_bytes(instance, logical_nc_config))
+    compiles, reason = _generation_compiles(model)
+    plan = Plan("generation", config.model_type, str(torch_dtype).removeprefix("torch."), tp, [], memory,
+                f"{instance} at LNC={logical_nc_config}", compiles, reason)
+    if not compiles:
+        plan.notes.append("no graph is compiled: every op runs eagerly (the slow path on Trainium)")
+        return plan
+    untraced = None
+    with _fresh_dynamo():
+        for batch in sizes:
+            cache = _static_cache(model, batch, cache_len)
+            memory.kv_cache = max(memory.kv_cache, math.ceil(_cache_bytes(cache) / tp))
+            try:
+                prefill, decode, peak = _trace_generation(model, cache, batch, chunk)
+            except Exception as e:  # an op the meta device cannot run: fall back to what generate guarantees
+                untraced = untraced or f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                prefill, decode, peak = 1, 1, 0
+            plan.graphs += [PlannedGraph("prefill", batch, chunk, prefill), PlannedGraph("decode", batch, 1, decode)]
+            memory.activations = max(memory.activations, peak)
+    if untraced:
+        plan.notes.append(
+            f"not traced on the meta device ({untraced}): graphs are hf_neuron's guarantee for compiled generation "
+            f"(one prefill-chunk and one decode graph per batch size) and activations are not included"
+        )
+    plan.notes.append(
+        f"prompts are left padded to a multiple of {chunk} tokens; padded prompt + max_new_tokens must fit "
+        f"max_cache_len={cache_len}, a longer request raises before compiling"
+    )
+    plan.notes.append(
+        "memory is that of one generate call: a finished call's static cache is freed when Python's garbage "
+        "collector runs, so back-to-back calls can briefly hold one more KV cache"
+    )
+    if tp > 1:
+        plan.notes.append("activations are those of one unsharded rank (an upper bound under tensor parallelism)")
+    return plan
+
+
+def training_batch_shapes(max_length: int, per_device_batch: int, packing: bool,
+                          packing_strategy: str = "bfd") -> list[tuple[int, int]]:
+    """The ``input_ids`` shapes of a TRL SFT run on Neuron with hf_neuron (see the TRL adapter)."""
+    if packing:
+        if packing_strategy == "wrapped":
+            return [(per_device_batch, max_length)]
+        # "bfd" packs without padding: one row holding per_device_batch packs of max_length tokens
+        return [(1, per_device_batch * max_length)]
+    lengths = sorted({min(max_length, TRAINING_PAD_MULTIPLE * k)
+                      for k in range(1, math.ceil(max_length / TRAINING_PAD_MULTIPLE) + 1)})
+    return [(per_device_batch, n) for n in lengths]
+
+
+def _trace_training_memory(model, batch: int, tokens: int) -> int:
+    backend = _RecordingBackend()
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    ids = torch.zeros(batch, tokens, dtype=torch.long, device="meta")
+    with torch.enable_grad():
+        compiled(input_ids=ids, labels=ids, use_cache=False)
+    return backend.peak
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The probe's trainer and dataset progress output is not the plan's."""
+    import io
+
+    import datasets
+    import transformers
+
+    verbosity = transformers.logging.get_verbosity()
+    bars = datasets.utils.logging.is_progress_bar_enabled()
+    transformers.logging.set_verbosity_error()
+    datasets.utils.logging.disable_progress_bar()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+        if bars:
+            datasets.utils.logging.enable_progress_bar()
+
+
+def sft_step_graphs(model_type: str, max_length: int = 32, per_device_batch: int = 1,
+                    packing_strategy: str = "wrapped") -> int:
+    """Dynamo graphs of one TRL SFT training step of ``model_type``, counted on CPU at the tiny size.
+
+    The number of graphs of a step depends on the architecture's code and TRL's loss path (graph
+    breaks), not on the size or the device, so one real step of a tiny random model of the same
+    architecture, compiled with Dynamo's ``eager`` backend on CPU, counts them without compiling
+    anything for a device.
+    """
+    import tempfile
+
+    from datasets import Dataset
+    from torch._dynamo.utils import counters
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    from hf_neuron.testing.tiny_models import build_tokenizer, tiny_config
+
+    config = tiny_config(model_type)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    rows = [{"input_ids": [3 + (i * 7 + j) % (config.vocab_size - 3) for j in range(max_length + 5)]}
+            for i in range(per_device_batch * 2)]
+    with tempfile.TemporaryDirectory() as out, _fresh_dynamo(), _quiet():
+        args = SFTConfig(
+            output_dir=out, use_cpu=True, max_steps=1, per_device_train_batch_size=per_device_batch,
+            max_length=max_length, packing=True, packing_strategy=packing_strategy, torch_compile=True,
+            torch_compile_backend="eager", report_to="none", save_strategy="no", logging_steps=100,
+            disable_tqdm=True, dataloader_num_workers=0,
+        )
+        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
+                             processing_class=build_tokenizer())
+        start = int(counters["stats"]["unique_graphs"])
+        trainer.train()
+        return int(counters["stats"]["unique_graphs"]) - start
+
+
+def plan_training(
+    source,
+    max_length: int = 2048,
+    per_device_batch: int = 1,
+    *,
+    packing: bool = False,
+    packing_strategy: str = "bfd",
+    tp: int = 1,
+    dtype=None,
+    instance: str = "trn2",
+    logical_nc_config: int = 2,
+) -> Plan:
+    """Graphs and memory of a TRL SFT run with ``torch_compile`` on Neuron (see the module docstring)."""
+    config = load_config(source)
+    _positive("max_length", max_length)
+    _positive("per_device_batch", per_device_batch)
+    if packing_strategy not in ("bfd", "wrapped"):
+        raise PlanError(f"packing_strategy {packing_strategy!r}: TRL packs with 'bfd' or 'wrapped'")
+    torch_dtype = _resolve_dtype(config, dtype)
+    model = meta_model(config, torch_dtype)
+    _check_tp(model, _positive("tp", tp))
+    weights = _weight_bytes(model, tp)
+    trainable = sum(math.ceil(p.numel() * p.element_size() / (tp if tp > 1 else 1)) for p in model.parameters())
+    shapes = training_batch_shapes(max_length, per_device_batch, packing, packing_strategy)
+    per_step = sft_step_graphs(config.model_type, packing_strategy=packing_strategy if packing else "wrapped")
+    with _fresh_dynamo():
+        activations = max(_trace_training_memory(model, b, n) for b, n in shapes)
+    memory = MemoryEstimate(weights=weights, activations=activations, gradients=trainable, optimizer=2 * trainable,
+                            device_bytes=device_bytes(instance, logical_nc_config))
+    plan = Plan("training", config.model_type, str(torch_dtype).removeprefix("torch."), tp,
+                [PlannedGraph("train", b, n, per_step) for b, n in shapes], memory, f"{instance} at LNC={logical_nc_config}")
+    plan.notes.append(f"{per_step} graph(s) per training step and batch shape (forward; each with its backward), "
+                      f"all compiled in the first steps")
+    plan.notes.append("activations without activation checkpointing (an upper bound when it is on)")
+    return plan
+
+
+def planned_shapes(plan: Plan) -> list[tuple[int, int]]:
+    """The plan's graphs as ``input_ids`` shapes, one per graph, sorted (to compare with a graph log)."""
+    return sorted(tuple(g.input_ids) for g in plan.graphs for _ in range(g.count))
+
+
+__all__ = [
+    "MemoryEstimate", "Plan", "PlanError", "PlannedGraph", "device_bytes", "load_config",
+    "plan_generation", "plan_training", "planned_shapes", "sft_step_graphs", "training_batch_shapes",
+]

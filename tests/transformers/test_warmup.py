@@ -1,0 +1,122 @@
+"""``warmup``: after it, generation traffic with any prompt length and a warmed batch size compiles no
+graph; a fresh process on the warmed (or an imported) compiled-graph cache compiles nothing either."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_neuron.simulator import neff_cache
+from hf_neuron.testing.generation_workload import generate_batches, workload_prompts
+from hf_neuron.testing.graphs import count_graphs
+from hf_neuron.testing.tiny_models import build_model
+from hf_neuron.transformers import warmup
+
+WORKER = Path(__file__).with_name("_cold_start_worker.py")
+PROMPT_LENGTHS = (5, 64, 130, 257, 388, 500)  # the defaults' 512-token chunk: every remainder differs
+
+
+def _worker(mode, model_dir, out, cache_dir, nproc=None, **env):
+    environment = dict(os.environ, HF_NEURON_SIMULATOR="1", TORCH_NEURONX_NEFF_CACHE_DIR=str(cache_dir), **env)
+    launcher = [sys.executable] if nproc is None else [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    proc = subprocess.run([*launcher, str(WORKER), mode, str(model_dir), str(out)], env=environment,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return None if nproc else json.loads(Path(out).read_text())
+
+
+def test_after_warmup_mixed_traffic_compiles_no_graph_with_cpu_tokens(fresh_dynamo):
+    model = build_model("llama")
+    prompts = workload_prompts(model.config.vocab_size, PROMPT_LENGTHS)
+    expected = {b: generate_batches(model, prompts, b, max_new_tokens=5) for b in (1, 2)}
+    model.to("neuron")
+
+    report = warmup(model, batch_sizes=[1, 2], progress=False)
+    assert report.graphs == 4 and (report.max_cache_len, report.prefill_chunk_size) == (1024, 512)
+    assert report.shapes == [[1, 1], [1, 512], [2, 1], [2, 512]]
+
+    with count_graphs() as graphs:
+        tokens = {b: generate_batches(model, prompts, b, max_new_tokens=5) for b in (1, 2)}
+    assert graphs.count == 0
+    for b in (1, 2):
+        for got, want in zip(tokens[b], expected[b]):
+            assert torch.equal(got, want)
+
+
+def test_without_warmup_the_same_traffic_compiles(fresh_dynamo):
+    """The control: the traffic itself compiles the 4 graphs when nothing warmed them."""
+    model = build_model("llama").to("neuron")
+    prompts = workload_prompts(model.config.vocab_size, PROMPT_LENGTHS[:2])
+    with count_graphs() as graphs:
+        for b in (1, 2):
+            generate_batches(model, prompts, b, max_new_tokens=2)
+    assert graphs.count == 4
+
+
+def test_fresh_process_on_a_warmed_or_imported_cache_records_no_miss(tiny_llama_dir, tmp_path):
+    warmed = tmp_path / "warmed"
+    first = _worker("warmup", tiny_llama_dir, tmp_path / "warmup.json", warmed)
+    assert first["graphs"] == 4 and first["misses"] == 4
+    cold = _worker("traffic", tiny_llama_dir, tmp_path / "cold.json", tmp_path / "empty")
+    assert cold["graphs"] == 4 and cold["misses"] == 4  # the control: a cold process compiles
+
+    served = _worker("traffic", tiny_llama_dir, tmp_path / "served.json", warmed)
+    assert served["graphs"] == 4 and served["misses"] == 0
+    assert served["tokens"] == cold["tokens"]
+    assert sorted(served["keys"]) == sorted(first["keys"])
+
+    # another machine: export from the warmed cache, import into an empty one, serve there
+    from hf_neuron.cli import main
+
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(warmed)}
+    archive = tmp_path / "graphs.tar.gz"
+    subprocess.run([sys.executable, "-m", "hf_neuron.cli", "cache", "export", str(archive)], check=True,
+                   env=dict(os.environ, HF_NEURON_SIMULATOR="1", **env), capture_output=True)
+    imported_dir = tmp_path / "imported"
+    os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"], saved = str(imported_dir), os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"]
+    try:
+        assert main(["cache", "import", str(archive)]) == 0
+    finally:
+        os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = saved
+    imported = _worker("traffic", tiny_llama_dir, tmp_path / "imported.json", imported_dir)
+    assert imported["graphs"] == 4 and imported["misses"] == 0
+    assert imported["tokens"] == cold["tokens"]
+
+
+@pytest.mark.distributed
+def test_concurrent_four_rank_warmup_loses_no_entry(tiny_llama_dir, tmp_path):
+    """Four processes warm up at once into one cache: batch size 1 on every rank (the same entries
+    written four times), and a batch size of each rank's own."""
+    cache = tmp_path / "shared"
+    _worker("warmup", tiny_llama_dir, tmp_path / "rank", cache, nproc=4)
+    keys = set()
+    for rank in range(4):
+        result = json.loads((tmp_path / f"rank.{rank}").read_text())
+        assert result["graphs"] == 4
+        keys.update(result["keys"])
+    assert len(keys) == 2 + 4 * 2
+    entries = neff_cache.entries(cache)
+    assert {p.name.removesuffix(neff_cache.ENTRY_SUFFIX) for p in entries} == keys
+    assert all(neff_cache.read_entry(p) is not None for p in entries)
+    assert sorted(p.name for p in cache.iterdir()) == sorted(p.name for p in entries)  # no temporary file left
+
+
+def test_warmup_needs_a_model_on_neuron():
+    with pytest.raises(ValueError, match="device_map='neuron'"):
+        warmup(build_model("llama"), batch_sizes=[1])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"batch_sizes": [0]}, "positive integers"),
+    ({"batch_sizes": [1], "max_cache_len": 64, "prefill_chunk_size": 64}, "no room"),
+])
+def test_warmup_rejects_bad_settings_before_compiling(kwargs, message):
+    model = build_model("llama").to("neuron")
+    with count_graphs() as graphs, pytest.raises(ValueError, match=message):
+        warmup(model, progress=False, **kwargs)
+    assert graphs.count == 0
