@@ -43,6 +43,8 @@ PROMISE_TESTS = (
     "tests/transformers/test_training_batches.py",
     "tests/transformers/test_evaluation.py",
     "tests/transformers/test_cache_dtype.py",
+    "tests/transformers/test_plan.py",
+    "tests/transformers/test_warmup.py",
     "tests/trl/test_padding.py",
     "tests/trl/test_model_loading.py",
     "tests/trl/test_user_recipe.py",

@@ -184,6 +184,14 @@ def meta_model(config, dtype: torch.dtype):
         return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
 
+def _planned_model(config, dtype, tp: int):
+    """``(dtype, meta model)`` for a plan, after checking that the model shards ``tp`` ways."""
+    torch_dtype = _resolve_dtype(config, dtype)
+    model = meta_model(config, torch_dtype)
+    _check_tp(model, _positive("tp", tp))
+    return torch_dtype, model
+
+
 def _positive(name: str, value: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise PlanError(f"{name} must be a positive integer; got {value!r}")
@@ -376,9 +384,7 @@ def plan_generation(
     chunk = _positive("prefill_chunk_size", resolve_prefill_chunk_size(prefill_chunk_size, cache_len))
     if chunk >= cache_len:
         raise PlanError(f"prefill_chunk_size={chunk} leaves no room in max_cache_len={cache_len} for generated tokens")
-    torch_dtype = _resolve_dtype(config, dtype)
-    model = meta_model(config, torch_dtype)
-    _check_tp(model, _positive("tp", tp))
+    torch_dtype, model = _planned_model(config, dtype, tp)
     memory = MemoryEstimate(weights=_weight_bytes(model, tp), device_bytes=device_bytes(instance, logical_nc_config))
     compiles, reason = _generation_compiles(model)
     plan = Plan("generation", config.model_type, str(torch_dtype).removeprefix("torch."), tp, [], memory,
@@ -514,9 +520,7 @@ def plan_training(
     _positive("per_device_batch", per_device_batch)
     if packing_strategy not in ("bfd", "wrapped"):
         raise PlanError(f"packing_strategy {packing_strategy!r}: TRL packs with 'bfd' or 'wrapped'")
-    torch_dtype = _resolve_dtype(config, dtype)
-    model = meta_model(config, torch_dtype)
-    _check_tp(model, _positive("tp", tp))
+    torch_dtype, model = _planned_model(config, dtype, tp)
     weights = _weight_bytes(model, tp)
     trainable = sum(math.ceil(p.numel() * p.element_size() / (tp if tp > 1 else 1)) for p in model.parameters())
     shapes = training_batch_shapes(max_length, per_device_batch, packing, packing_strategy)
