@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-CACHE_DIR_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
+from hf_neuron.simulator.neff_cache import CACHE_DIR_ENV, write_atomically
+
 MANIFEST_NAME = "manifest.json"
 CACHE_PREFIX = "cache/"
 #: Dynamo's cache artifacts, saved into the cache directory by a warm-up (absent when Dynamo had none).
@@ -47,14 +48,12 @@ def _simulated() -> bool:
 
 def cache_dir() -> Path | None:
     """Where compiled graphs are kept: ``$TORCH_NEURONX_NEFF_CACHE_DIR``, the simulator's default, or None."""
-    explicit = os.environ.get(CACHE_DIR_ENV, "").strip()
-    if explicit:
-        return Path(explicit).expanduser()
     if _simulated():
         from hf_neuron.simulator.neff_cache import cache_dir as simulated_cache_dir
 
         return simulated_cache_dir()
-    return None
+    explicit = os.environ.get(CACHE_DIR_ENV, "").strip()
+    return Path(explicit).expanduser() if explicit else None
 
 
 def _require_cache_dir() -> Path:
@@ -130,8 +129,6 @@ def save_dynamo_artifacts() -> bool:
     data, _info = saved
     if not data:
         return False
-    from hf_neuron.simulator.neff_cache import write_atomically
-
     write_atomically(directory / DYNAMO_ARTIFACTS_NAME, data)
     return True
 

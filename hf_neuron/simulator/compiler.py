@@ -325,8 +325,9 @@ class _SimulatedCompile:
         self._check_mode()
         try:
             self._check_static_inputs()
-            key = neff_cache.graph_key(self.gm, self.example_inputs, self.mode)
-            cached = neff_cache.lookup(key, neff_cache.portable_code(self.gm))
+            code = neff_cache.portable_code(self.gm)
+            key = neff_cache.graph_key(self.gm, code, self.example_inputs, self.mode)
+            cached = neff_cache.lookup(key, code)
             self.fields.update(cache=neff_cache.MISS if cached is None else neff_cache.HIT, cache_key=key)
             compiled = aot_autograd(
                 fw_compiler=functools.partial(self._compile_forward, has_backward=True),
@@ -348,7 +349,7 @@ class _SimulatedCompile:
             self._record("fallback", e)
             return self.gm.forward
         if cached is None:
-            neff_cache.store(key, neff_cache.portable_code(self.gm), inputs=self.fields["inputs"], ops=self.fields.get("ops"),
+            neff_cache.store(key, code, inputs=self.fields["inputs"], ops=self.fields.get("ops"),
                              forward_nodes=self.fields.get("forward_nodes"), flags=neff_cache.compiler_flags(self.mode))
         self._record("compiled")
         return compiled

@@ -176,10 +176,6 @@ class GraphCounter:
         """Graphs of the block that the persistent cache did not have: the compiles a device would run."""
         return sum(1 for r in self.records if r.get("cache") != "hit")
 
-    @property
-    def hits(self) -> int:
-        return sum(1 for r in self.records if r.get("cache") == "hit")
-
     def _freeze(self) -> None:
         self._frozen = self._select()
 

@@ -102,13 +102,14 @@ def portable_code(gm) -> str:
     return _DEVICE_INDEX.sub(lambda m: f"{m.group(1)})" if m.group(1) else "'neuron'", gm.code)
 
 
-def graph_key(gm, example_inputs, mode: str | None) -> str:
-    """The stable hash that names a graph's entry (same graph, inputs, flags and versions: same key)."""
+def graph_key(gm, code: str, example_inputs, mode: str | None) -> str:
+    """The stable hash that names a graph's entry (same graph, inputs, flags and versions: same key);
+    ``code`` is the graph's :func:`portable_code`."""
     import torch
 
     material = {
         "format": FORMAT,
-        "code": portable_code(gm),
+        "code": code,
         "inputs": [_describe_input(x) for x in example_inputs],
         "constants": _constants(gm),
         "grad": torch.is_grad_enabled(),

@@ -22,6 +22,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from hf_neuron.compile_cache import entry_names
+
 
 def _simulated() -> bool:
     try:
@@ -29,12 +31,6 @@ def _simulated() -> bool:
     except ImportError:
         return False
     return is_simulated()
-
-
-def _cache_entries() -> set[str] | None:
-    from hf_neuron.compile_cache import entry_names
-
-    return entry_names()
 
 
 def _dynamo_unique_graphs() -> int:
@@ -51,7 +47,7 @@ class CompiledGraphs:
         self.source = source
         self._log_counter = log_counter
         self._dynamo_start = _dynamo_unique_graphs() if log_counter is None else 0
-        self._entries_start = None if log_counter is not None else _cache_entries()
+        self._entries_start = None if log_counter is not None else entry_names()
         self._final: int | None = None
         self._final_misses: int | None = None
 
@@ -71,7 +67,7 @@ class CompiledGraphs:
             return int(self._log_counter.misses)
         if self._entries_start is None:
             return None
-        return len((_cache_entries() or set()) - self._entries_start)
+        return len((entry_names() or set()) - self._entries_start)
 
     @property
     def records(self) -> list[dict[str, Any]]:

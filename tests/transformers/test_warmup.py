@@ -58,7 +58,7 @@ def test_without_warmup_the_same_traffic_compiles(fresh_dynamo):
     assert graphs.count == 4
 
 
-def test_fresh_process_on_a_warmed_or_imported_cache_records_no_miss(tiny_llama_dir, tmp_path):
+def test_fresh_process_on_a_warmed_or_imported_cache_records_no_miss(tiny_llama_dir, tmp_path, monkeypatch):
     warmed = tmp_path / "warmed"
     first = _worker("warmup", tiny_llama_dir, tmp_path / "warmup.json", warmed)
     assert first["graphs"] == 4 and first["misses"] == 4
@@ -73,16 +73,12 @@ def test_fresh_process_on_a_warmed_or_imported_cache_records_no_miss(tiny_llama_
     # another machine: export from the warmed cache, import into an empty one, serve there
     from hf_neuron.cli import main
 
-    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(warmed)}
     archive = tmp_path / "graphs.tar.gz"
-    subprocess.run([sys.executable, "-m", "hf_neuron.cli", "cache", "export", str(archive)], check=True,
-                   env=dict(os.environ, HF_NEURON_SIMULATOR="1", **env), capture_output=True)
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(warmed))
+    assert main(["cache", "export", str(archive)]) == 0
     imported_dir = tmp_path / "imported"
-    os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"], saved = str(imported_dir), os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"]
-    try:
-        assert main(["cache", "import", str(archive)]) == 0
-    finally:
-        os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = saved
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(imported_dir))
+    assert main(["cache", "import", str(archive)]) == 0
     imported = _worker("traffic", tiny_llama_dir, tmp_path / "imported.json", imported_dir)
     assert imported["graphs"] == 4 and imported["misses"] == 0
     assert imported["tokens"] == cold["tokens"]
