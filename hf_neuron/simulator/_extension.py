@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import sys
@@ -35,21 +37,44 @@ def _build_dir(csrc: Path, cache_kind: str) -> Path:
 def build_and_load(name: str, csrc: Path, sources: list[str], cache_kind: str, first_build_note: str | None):
     """Compile (once, cached under ``$HF_NEURON_CACHE/<cache_kind>``) and import a C++ extension.
 
-    Concurrent callers (the ranks of one torchrun) share one build: torch's builder locks the build
-    folder and the others wait. ``first_build_note`` is printed to stderr before a first build.
+    Concurrent callers (the ranks of one torchrun) share one build: they wait for each other on
+    an OS file lock, which is released when its holder exits, however it exits.
+    ``first_build_note`` is printed to stderr before a first build.
     """
     from torch.utils import cpp_extension
 
     build_dir = _build_dir(csrc, cache_kind)
-    if first_build_note and not any(build_dir.glob("*.so")):
-        print(f"hf_neuron: {first_build_note}", file=sys.stderr, flush=True)
-    return cpp_extension.load(
-        name=name,
-        sources=[str(csrc / s) for s in sources],
-        extra_cflags=["-O2"],
-        build_directory=str(build_dir),
-        verbose=os.environ.get("HF_NEURON_BUILD_VERBOSE") == "1",
-    )
+    with _exclusive(build_dir):
+        if first_build_note and not any(build_dir.glob("*.so")):
+            print(f"hf_neuron: {first_build_note}", file=sys.stderr, flush=True)
+        return cpp_extension.load(
+            name=name,
+            sources=[str(csrc / s) for s in sources],
+            extra_cflags=["-O2"],
+            build_directory=str(build_dir),
+            verbose=os.environ.get("HF_NEURON_BUILD_VERBOSE") == "1",
+        )
+
+
+@contextlib.contextmanager
+def _exclusive(build_dir: Path):
+    """Hold the build folder alone.
+
+    torch's builder marks a build in progress with a ``lock`` file that it deletes when it finishes;
+    a build interrupted by Ctrl-C or a kill leaves the file behind and every later process waits for
+    it forever, silently. Under this OS lock no other process can be building, so a ``lock`` file
+    found here is such a leftover and is removed.
+    """
+    with open(build_dir / "build.flock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            leftover = build_dir / "lock"
+            if leftover.exists():
+                print(f"hf_neuron: removing {leftover}, left by an interrupted build", file=sys.stderr, flush=True)
+                leftover.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def load():
