@@ -16,7 +16,9 @@ simulated compiler runs it, holding graphs to what TorchNeuron's compiler accept
   eagerly.
 
 Accepted graphs run with AOTAutograd and eager execution of the forward and backward graphs
-(``aot_eager`` semantics), so results equal eager. Every graph is recorded in
+(``aot_eager`` semantics), so results equal eager. Inside a graph only values count, not memory
+layouts, as in TorchNeuron's lowering to StableHLO (which has no strides): see
+:func:`_without_layouts`. Every graph is recorded in
 :mod:`hf_neuron.simulator.graph_log`, with whether the persistent compiled-graph cache
 (:mod:`hf_neuron.simulator.neff_cache`, under ``TORCH_NEURONX_NEFF_CACHE_DIR``) had it.
 """
@@ -286,6 +288,7 @@ class _SimulatedCompile:
         from functorch.compile import make_boxed_func
 
         self._check_aten_graph(gm, "forward")
+        _without_layouts(gm)
         summary = self._graph_summary(gm)
         self.fields.update(forward_nodes=summary["nodes"], ops=summary["ops"], backward=has_backward)
         return make_boxed_func(gm.forward)
@@ -299,6 +302,7 @@ class _SimulatedCompile:
             if not fallback_execution_enabled():
                 raise
             _warn_fallback(e)
+        _without_layouts(gm)
         summary = self._graph_summary(gm)
         fields = {"node_count": summary["nodes"], "ops": summary["ops"]}
         if self.record is not None:
@@ -353,6 +357,30 @@ class _SimulatedCompile:
                              forward_nodes=self.fields.get("forward_nodes"), flags=neff_cache.compiler_flags(self.mode))
         self._record("compiled")
         return compiled
+
+
+def _without_layouts(gm) -> None:
+    """Run the graph's ``view`` ops as ``reshape``.
+
+    AOTAutograd traces a graph with the strides its meta kernels predict and emits ``view`` where
+    they say a tensor is viewable; some CPU kernels lay their outputs out differently
+    (``softplus_backward`` follows its incoming gradient's layout, its meta kernel does not), and the
+    eager ``view`` then fails on a tensor the trace called contiguous. TorchNeuron lowers a graph to
+    StableHLO, where a view is a reshape of values and no layout exists, so such a graph compiles and
+    runs on Trainium. The graphs are functional (AOTAutograd applies mutations to graph inputs
+    themselves, never through a view), so a reshape, which copies only where a view cannot be
+    taken, computes the same values.
+    """
+    import torch
+
+    aten = torch.ops.aten
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in (aten.view.default, aten._unsafe_view.default):
+            node.target = aten.reshape.default
+            changed = True
+    if changed:
+        gm.recompile()
 
 
 def _warn_fallback(error: BaseException) -> None:

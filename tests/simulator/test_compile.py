@@ -83,6 +83,28 @@ def test_static_graph_matches_eager_forward_and_backward(device):
     assert backward["graph_index"] == record["index"] and backward["node_count"] > 0
 
 
+def test_graph_computes_on_values_not_on_memory_layouts(device):
+    # softplus_backward's CPU kernel lays its output out like the incoming gradient (here a
+    # transposed one) while its meta kernel returns a contiguous tensor, so the backward graph
+    # AOTAutograd traces views a tensor the eager kernel did not make viewable. On Trainium the
+    # graph is lowered to StableHLO, which has no memory layouts, and the step runs.
+    linear = torch.nn.Linear(8, 4, bias=False).to(device)
+    weights = torch.randn(2, 4, 12, device=device)
+
+    def step(hidden):
+        gate = torch.nn.functional.softplus(linear(hidden) + 0.5).transpose(1, 2).contiguous()
+        return (gate.cumsum(-1) * weights).sum()
+
+    hidden = torch.randn(2, 12, 8, device=device)
+    step(hidden).backward()
+    eager_grad = linear.weight.grad.clone()
+    linear.weight.grad = None
+
+    torch.compile(step, backend="neuron", fullgraph=True)(hidden).backward()
+
+    torch.testing.assert_close(linear.weight.grad, eager_grad)
+
+
 def test_inference_graph_records_no_backward(device):
     model = _mlp(device)
     with torch.no_grad():
