@@ -171,12 +171,13 @@ def _print_summary(results: dict, output: Path) -> None:
 
     s = R.summarize(results)
     print(f"results: {output}")
-    print(f"top-100: {s['headline']} of 100 pass L1-L3 ({s['ranked_tested']} ranked entries recorded)")
+    print(f"top-100: {s['headline']} of 100 pass L1-L3 compiled, {s['runs_uncompiled']} more uncompiled "
+          f"({s['ranked_tested']} ranked entries recorded)")
     for lv in R.LEVELS:
         c = s["per_level"][lv]
         print(f"  {lv}: pass {c['pass']:3d}  fail {c['fail']:3d}  skip {c['skip']:3d}")
     if s["all_tested"] != s["ranked_tested"]:
-        print(f"all recorded: {s['all_headline']} of {s['all_tested']} pass L1-L3")
+        print(f"all recorded: {s['all_headline']} of {s['all_tested']} pass L1-L3 compiled")
 
 
 def _interrupt(signum, frame):

@@ -7,7 +7,10 @@ disk, loaded twice):
   ``device_map=<device>``; every parameter and buffer must land on the device.
 - L2 eager forward: logits within a tight tolerance of CPU.
 - L3 greedy ``generate`` with the Neuron defaults (static cache, prefill chunking, compiled with
-  backend "neuron") gives exactly the CPU eager tokens; graphs compiled are recorded.
+  backend "neuron") of prompts that span one to three prefill chunks with different remainders, at
+  batch 1 and batch 2 (left-padded), gives exactly the CPU eager tokens and compiles at most 2 graphs
+  per (batch size, ``max_cache_len``) (one prefill chunk, one decode step). The path is recorded:
+  ``compiled``, or ``eager`` with the reason generate did not compile.
 - L4 one training step, eager and compiled: loss and gradients within tolerance of CPU; graphs recorded.
 - L5 (``hf_neuron.compat.tp_worker``) tensor parallel TP=2 under torchrun equals a single device.
 """
@@ -26,11 +29,19 @@ from hf_neuron.compat import results as R
 from hf_neuron.compat.archs import KIND_MULTIMODAL, KIND_REMOTE_CODE, ArchSpec
 from hf_neuron.testing.graphs import count_graphs
 
-PROMPT_LEN = 10
 NEW_TOKENS = 8
-CPU_PREFILL_CHUNK, CPU_MAX_CACHE_LEN = 8, 64
-# The recipe passed explicitly when hf_neuron's generation defaults are not active (same values).
-RECIPE_PREFILL_CHUNK, RECIPE_MAX_CACHE_LEN = 512, 1024
+# L3's workload: a small cache and chunk (passed to generate as a user would) so that tiny prompts
+# span one, two and three chunks, each leaving a different remainder; every padded prompt plus the
+# new tokens fits the cache. Batch 2 left-pads pairs of them.
+L3_PREFILL_CHUNK, L3_MAX_CACHE_LEN = 16, 64
+L3_PROMPT_LENGTHS = (7, 20, 41)
+L3_BATCHES = tuple((n,) for n in L3_PROMPT_LENGTHS) + tuple(zip(L3_PROMPT_LENGTHS[1:], L3_PROMPT_LENGTHS[:-1]))
+L3_GRAPHS_PER_SHAPE = 2
+#: How L3 checks, written into each results file (the report names it).
+L3_CHECK = (f"greedy generate of prompts of {', '.join(map(str, L3_PROMPT_LENGTHS))} tokens at batch 1 and "
+            f"(left-padded pairs) batch 2, max_cache_len {L3_MAX_CACHE_LEN}, prefill chunk {L3_PREFILL_CHUNK}: "
+            f"tokens equal CPU, at most {L3_GRAPHS_PER_SHAPE} graphs per batch size")
+PATH_COMPILED, PATH_EAGER = "compiled", "eager"
 FORWARD_BATCH, FORWARD_LEN = 2, 12
 
 LOGITS_RTOL, LOGITS_ATOL = 1e-4, 1e-4
@@ -277,50 +288,91 @@ class ArchRun:
     def generation_kwargs(self) -> tuple[dict, str]:
         """What ``generate`` is given beyond the prompt, and how to describe it.
 
-        On Neuron with hf_neuron's generation defaults active: nothing, a plain ``generate`` call as a
-        user types it (the adapter applies static cache, ``max_cache_len``, prefill chunking and the
-        "neuron" compile config). Without them (``HF_NEURON_DISABLE=1``, an older hf_neuron): the
-        same recipe passed explicitly. On CPU (harness self-test): a small recipe compiled with the
+        On Neuron with hf_neuron's generation defaults active: ``max_cache_len`` and
+        ``prefill_chunk_size`` only, as a user sizes a cache (the adapter applies static cache and
+        the "neuron" compile config). Without them (``HF_NEURON_DISABLE=1``, an older hf_neuron):
+        the whole recipe passed explicitly. On CPU (harness self-test): the recipe compiled with the
         "eager" backend.
         """
         from transformers import CompileConfig
 
+        sizes = {"max_cache_len": L3_MAX_CACHE_LEN, "prefill_chunk_size": L3_PREFILL_CHUNK}
         if self.device.split(":")[0] == "cpu":
             compile_config = CompileConfig(backend="eager", fullgraph=False, dynamic=False, mode="default")
             compile_config._compile_all_devices = True
-            return ({"cache_implementation": "static", "max_cache_len": CPU_MAX_CACHE_LEN,
-                     "prefill_chunk_size": CPU_PREFILL_CHUNK, "compile_config": compile_config},
+            return ({"cache_implementation": "static", **sizes, "compile_config": compile_config},
                     "explicit recipe, eager backend (CPU self-test)")
         if _neuron_generation_defaults_active():
-            return {}, "plain generate (hf_neuron generation defaults)"
+            return sizes, "generate(max_cache_len, prefill_chunk_size), hf_neuron generation defaults"
         compile_config = CompileConfig(backend="neuron", fullgraph=False, dynamic=False, mode="default")
-        return ({"cache_implementation": "static", "max_cache_len": RECIPE_MAX_CACHE_LEN,
-                 "prefill_chunk_size": RECIPE_PREFILL_CHUNK, "compile_config": compile_config},
+        return ({"cache_implementation": "static", **sizes, "compile_config": compile_config},
                 "explicit recipe (hf_neuron generation defaults inactive)")
+
+    def _prompts(self, lengths: tuple[int, ...]):
+        """Left-padded prompts of the given lengths (each length always gets the same tokens)."""
+        import torch
+
+        config = self._text_config(self.cpu_model)
+        pad = config.pad_token_id if isinstance(getattr(config, "pad_token_id", None), int) else 0
+        width = max(lengths)
+        ids = torch.full((len(lengths), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(lengths), width), dtype=torch.long)
+        for row, length in enumerate(lengths):
+            ids[row, width - length:] = self._ids(1, length, seed=100 + length)[0]
+            mask[row, width - length:] = 1
+        return ids, mask, pad
 
     def level_l3(self) -> dict:
         import torch
 
-        ids = self._ids(1, PROMPT_LEN, seed=2)
-        mask = torch.ones_like(ids)
+        from hf_neuron.transformers.generation import generation_compiles
+
+        compiles, eager_reason = generation_compiles(self.dev_model)
+        # The cache sizes are static-cache settings: generate of a model that keeps a dynamic cache is
+        # called plainly, as its users call it.
+        kwargs, how = self.generation_kwargs() if compiles else ({}, "plain generate (the model does not compile)")
         common = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "do_sample": False}
-        with torch.no_grad():
-            ref = self.cpu_model.generate(input_ids=ids, attention_mask=mask, **common)
-        ref_new = ref[0, ids.shape[1]:].tolist()
         _reset_compiler()
-        kwargs, how = self.generation_kwargs()
-        self.stage("generate on device")
-        with torch.no_grad(), count_graphs() as counted:
-            out = self.dev_model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                          **common, **kwargs)
-        graphs = counted.count
+        runs, graphs_per_batch, mismatches = [], {}, []
+        for lengths in L3_BATCHES:
+            ids, mask, pad = self._prompts(lengths)
+            with torch.no_grad():
+                ref = self.cpu_model.generate(input_ids=ids, attention_mask=mask, pad_token_id=pad, **common)
+            self.stage(f"generate on device: batch {len(lengths)}, prompt lengths {list(lengths)}")
+            with torch.no_grad(), count_graphs() as counted:
+                out = self.dev_model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                              pad_token_id=pad, **common, **kwargs)
+            graphs_per_batch[len(lengths)] = graphs_per_batch.get(len(lengths), 0) + counted.count
+            run = {"batch": len(lengths), "prompt_lengths": list(lengths), "graphs": counted.count,
+                   "tokens": out[:, -NEW_TOKENS:].cpu().tolist(), "cpu_tokens": ref[:, -NEW_TOKENS:].tolist()}
+            runs.append(run)
+            if run["tokens"] != run["cpu_tokens"]:
+                mismatches.append(run)
+        graphs = sum(graphs_per_batch.values())
         self.record["graphs_compiled"]["L3"] = graphs
-        out_new = out[0, -NEW_TOKENS:].cpu().tolist() if out.shape[1] >= NEW_TOKENS else out[0].cpu().tolist()
-        details = {"tokens": out_new, "cpu_tokens": ref_new, "graphs": graphs, "generate": how}
-        if out_new != ref_new:
-            first = next((i for i, (a, b) in enumerate(zip(out_new, ref_new)) if a != b), min(len(out_new), len(ref_new)))
-            exc = LevelFailure(f"greedy tokens differ from CPU eager at new token {first}: "
-                               f"{out_new} vs {ref_new}", op="generate")
+        path = PATH_COMPILED if graphs else PATH_EAGER
+        details = {"path": path, "graphs": graphs, "max_cache_len": L3_MAX_CACHE_LEN,
+                   "prefill_chunk_size": L3_PREFILL_CHUNK,
+                   "graphs_per_batch": {str(b): n for b, n in graphs_per_batch.items()}, "runs": runs,
+                   "generate": how}
+        if path == PATH_EAGER:
+            details["eager_reason"] = eager_reason or "generate did not call a compiled forward"
+        if mismatches:
+            run = mismatches[0]
+            row = next(i for i, (a, b) in enumerate(zip(run["tokens"], run["cpu_tokens"])) if a != b)
+            got, want = run["tokens"][row], run["cpu_tokens"][row]
+            first = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+            exc = LevelFailure(f"greedy tokens differ from CPU eager at new token {first} (batch {run['batch']}, "
+                               f"prompt of {run['prompt_lengths'][row]} tokens): {got} vs {want}", op="generate")
+            exc.details = details
+            raise exc
+        over = {b: n for b, n in graphs_per_batch.items() if n > L3_GRAPHS_PER_SHAPE}
+        if over:
+            batch, count = next(iter(over.items()))
+            exc = LevelFailure(
+                f"generate compiled {count} graphs at batch {batch}, max_cache_len {L3_MAX_CACHE_LEN} over prompts "
+                f"of {list(L3_PROMPT_LENGTHS)} tokens (at most {L3_GRAPHS_PER_SHAPE}: one prefill chunk, one decode "
+                f"step; each further graph is a recompile on Trainium)", op="generate")
             exc.details = details
             raise exc
         return details

@@ -23,7 +23,7 @@ OPTIMUM_NEURON_045_TYPES = ("granite", "llama", "llama4_text", "mixtral", "phi3"
 LEVEL_TITLES = {
     "L1": "build + load with device_map",
     "L2": "eager forward = CPU",
-    "L3": "greedy generate (static cache, chunked prefill, compiled) = CPU tokens",
+    "L3": "greedy generate (static cache, chunked prefill, compiled, ≤ 2 graphs per batch size) = CPU tokens",
     "L4": "training step (eager and compiled) = CPU",
     "L5": "tensor parallel TP=2 = single device",
 }
@@ -100,13 +100,25 @@ def grouped_failures(records: list[dict]) -> list[tuple[str, list[str]]]:
 
 
 def _level_table(summary: dict) -> list[str]:
-    lines = ["| Level | What is checked | pass | fail | skip | cumulative pass (L1..Ln) |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = ["| Level | What is checked | pass | runs, uncompiled | fail | skip | cumulative pass (L1..Ln) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for lv in R.LEVELS:
         counts = summary["per_level"][lv]
         cum = summary["cumulative"].get(lv, "")
-        lines.append(f"| {lv} | {LEVEL_TITLES[lv]} | {counts['pass']} | {counts['fail']} | {counts['skip']} | {cum} |")
+        passed, uncompiled = counts["pass"], ""
+        if lv == "L3":  # an eager generate is not a compiled pass: counted on its own
+            uncompiled = summary["l3_uncompiled"]
+            passed -= uncompiled
+        lines.append(f"| {lv} | {LEVEL_TITLES[lv]} | {passed} | {uncompiled} | {counts['fail']} | "
+                     f"{counts['skip']} | {cum} |")
     return lines
+
+
+def _l3_mark(rec: dict) -> str:
+    mark = _MARK.get(rec["levels"].get("L3"))
+    if rec["levels"].get("L3") == "pass" and R.generation_path(rec) == "eager":
+        return mark + " eager"
+    return mark
 
 
 def _arch_table(records: list[dict], ranked: bool) -> list[str]:
@@ -114,7 +126,7 @@ def _arch_table(records: list[dict], ranked: bool) -> list[str]:
     lines = [head + "L1 | L2 | L3 | L4 | L5 | graphs L3 | graphs L4 | first failure (level: reason, at op) |",
              ("|---:|---|---|" if ranked else "|---|") + ":-:|:-:|:-:|:-:|:-:|---:|---:|---|"]
     for rec in records:
-        marks = " | ".join(_MARK.get(rec["levels"].get(lv)) for lv in R.LEVELS)
+        marks = " | ".join(_l3_mark(rec) if lv == "L3" else _MARK.get(rec["levels"].get(lv)) for lv in R.LEVELS)
         prefix = f"| {rec['rank']} | `{rec['model_type']}` | {rec.get('tier') or ''} | " if ranked else \
             f"| `{rec['model_type']}` | "
         lines.append(f"{prefix}{marks} | {_graphs(rec, 'L3')} | {_graphs(rec, 'L4')} | {_failure_text(rec)} |")
@@ -132,19 +144,23 @@ def render_section(results: dict, chart_name: str | None, ranking=None) -> str:
     multimodal = [r["model_type"] for r in ranked if r.get("kind") == "multimodal"]
     over2 = [f"`{r['model_type']}` ({r['graphs_compiled']['L3']})" for r in ranked
              if r["levels"].get("L3") == "pass" and (r["graphs_compiled"].get("L3") or 0) > 2]
-    eager = [f"`{r['model_type']}`" for r in ranked
-             if r["levels"].get("L3") == "pass" and r["graphs_compiled"].get("L3") == 0]
+    eager = [r for r in ranked if r["levels"].get("L3") == "pass" and R.generation_path(r) == "eager"]
     out = [f"### transformers {results['transformers_version']} on the {device}", ""]
     out.append(f"torch {results['torch_version']}, hf_neuron {results.get('hf_neuron_version', '?')}, "
                f"generated {results['generated_at']} (`{R.results_filename(results['transformers_version'], results['device_kind'])}`).")
     out.append("")
     missing = 100 - summary["ranked_tested"]
-    headline = (f"**{summary['headline']} of the top-100 text-generation architectures run on Neuron** "
+    headline = (f"**{summary['headline']} of the top-100 text-generation architectures run on Neuron, compiled** "
                 f"(L1-L3 pass: load with `device_map`, forward equal to CPU, compiled greedy generation "
-                f"with exactly the CPU tokens).")
+                f"with exactly the CPU tokens); {summary['runs_uncompiled']} more run uncompiled (generate "
+                f"compiles nothing and runs eagerly, the slow path on Trainium).")
     if missing:
         headline += f" {missing} ranked entries were not in this run and count as not running."
     out += [headline, ""]
+    check = results.get("l3_check")
+    out += [f"L3 in this file: {check}." if check else
+            "L3 in this file is the earlier single-prompt check (one prompt, batch 1, graph count recorded, not "
+            "checked); its eager passes are read from a graph count of 0.", ""]
     notes = []
     if untestable:
         notes.append(f"Not testable here (remote code, no class in transformers), counted as not running: "
@@ -158,9 +174,12 @@ def render_section(results: dict, chart_name: str | None, ranking=None) -> str:
                  f"{optimum_neuron_in_top100(ranking)} of which are in this top-100.")
     if over2:
         notes.append("Generation compiled more than 2 graphs (a finding, see issue tracker): " + ", ".join(over2) + ".")
-    if eager:
-        notes.append("Generation passed without compiling any graph (ran eagerly): " + ", ".join(eager) + ".")
     out += [f"- {n}" for n in notes] + [""]
+    if eager:
+        out += ["#### Runs, uncompiled: why generate compiled nothing", "", "| model_type | reason |", "|---|---|"]
+        out += [f"| `{r['model_type']}` | {_cell(r['details'].get('L3', {}).get('eager_reason') or 'not recorded')} |"
+                for r in eager]
+        out.append("")
     out += _level_table(summary) + [""]
     if chart_name:
         out += [f"![coverage by level]({chart_name})", ""]
@@ -172,7 +191,8 @@ def render_section(results: dict, chart_name: str | None, ranking=None) -> str:
             out.append(f"| {len(names)} | {_cell(key)} | {', '.join('`' + n + '`' for n in names)} |")
         out.append("")
     out += ["#### Per architecture (top-100)", "",
-            "✓ pass, ✗ fail, – skip (reason in the results file). Graphs: graphs compiled by the "
+            "✓ pass, ✗ fail, – skip (reason in the results file); L3 \"✓ eager\": tokens equal CPU but generate "
+            "compiled nothing. Graphs: graphs compiled by the "
             "\"neuron\" backend in L3 (generate) and L4 (compiled training step).", ""]
     out += _arch_table(ranked, ranked=True) + [""]
     if unranked:

@@ -17,7 +17,10 @@ Schema (``SCHEMA_VERSION`` 1)::
          "details": {"L<n>": {...}, ...}}]}
 
 ``failure`` is the first failing level (the one that decides the headline); ``failures`` holds every
-failing level's reason.
+failing level's reason. ``details["L3"]["path"]`` is ``"compiled"`` or ``"eager"`` (generate compiled
+no graph; ``eager_reason`` says why). Only compiled L3 passes count in the headline; eager ones are
+counted on their own ("runs, uncompiled"). A results file written before this record had no path
+(its L3 was a single prompt) is read with the path inferred from its graph count.
 """
 
 from __future__ import annotations
@@ -128,6 +131,21 @@ def passes(record: dict, levels=HEADLINE_LEVELS) -> bool:
     return all(record["levels"].get(lv) == "pass" for lv in levels)
 
 
+def generation_path(record: dict) -> str | None:
+    """``"compiled"`` or ``"eager"`` for a record whose L3 ran, else None."""
+    if record["levels"].get("L3") not in ("pass", "fail"):
+        return None
+    path = record.get("details", {}).get("L3", {}).get("path")
+    if path is None and record["levels"]["L3"] == "pass":  # results written before paths were recorded
+        path = "compiled" if record.get("graphs_compiled", {}).get("L3") else "eager"
+    return path
+
+
+def passes_compiled(record: dict, levels=HEADLINE_LEVELS) -> bool:
+    """The levels pass, and generation (when L3 is among them) ran compiled."""
+    return passes(record, levels) and ("L3" not in levels or generation_path(record) == "compiled")
+
+
 def _sort_key(record: dict):
     return (record.get("rank") is None, record.get("rank") or 0, record["model_type"])
 
@@ -216,12 +234,15 @@ def summarize(results: dict) -> dict:
                 per_level[lv][st] += 1
     cumulative = {}
     for i, lv in enumerate(LEVELS[:4]):
-        cumulative[lv] = sum(passes(r, LEVELS[: i + 1]) for r in ranked)
+        cumulative[lv] = sum(passes_compiled(r, LEVELS[: i + 1]) for r in ranked)
+    uncompiled = [r for r in ranked if r["levels"].get("L3") == "pass" and generation_path(r) == "eager"]
     return {
         "ranked_tested": len(ranked),
-        "headline": sum(passes(r) for r in ranked),
+        "headline": sum(passes_compiled(r) for r in ranked),
+        "runs_uncompiled": sum(passes(r) for r in uncompiled),
+        "l3_uncompiled": len(uncompiled),
         "per_level": per_level,
         "cumulative": cumulative,
         "all_tested": len(results["architectures"]),
-        "all_headline": sum(passes(r) for r in results["architectures"]),
+        "all_headline": sum(passes_compiled(r) for r in results["architectures"]),
     }

@@ -162,8 +162,14 @@ class Runner:
                     f"{existing['device_kind']}, this run is transformers {tv} on {self.device_kind}; "
                     "choose another --output")
             existing["torch_version"] = torch_v
-            return existing
-        return R.new_results(tv, torch_v, self.device_kind)
+            results = existing
+        else:
+            results = R.new_results(tv, torch_v, self.device_kind)
+        if "L3" in self.config.levels:
+            from hf_neuron.compat.levels import L3_CHECK
+
+            results["l3_check"] = L3_CHECK
+        return results
 
     def plan(self) -> tuple[list[ArchSpec], list[ArchSpec], int]:
         """(architectures for phase 1, architectures needing only L5, number already done)."""
@@ -295,8 +301,8 @@ class Runner:
                     self._retire(child, kill=True)
                     child = None
                 self.record(record)
-                progress.update(spec.model_type, R.passes(record, [lv for lv in ("L1", "L2", "L3")
-                                                                  if lv in self.config.levels]))
+                progress.update(spec.model_type, R.passes_compiled(record, [lv for lv in ("L1", "L2", "L3")
+                                                                           if lv in self.config.levels]))
         except KeyboardInterrupt:
             pass
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread

@@ -429,6 +429,18 @@ def _neuron_compile_config(model, compile_config):
     return compile_config, "compile_config." + "/".join(changed)
 
 
+def generation_compiles(model) -> tuple[bool, str | None]:
+    """Whether ``generate`` compiles ``model`` on Neuron, and why not: the one decision hf_neuron's
+    generation defaults, ``hf-neuron plan`` and the compatibility harness share."""
+    name = type(model).__name__
+    if not model._supports_default_dynamic_cache():
+        return False, (f"{name} keeps its own generation state instead of a transformers Cache (recurrent or "
+                       "convolutional state), so there is no static cache to compile with")
+    if not getattr(model, "_can_compile_fullgraph", False):
+        return False, f"{name} sets _can_compile_fullgraph=False, so generate keeps a dynamic cache and does not compile"
+    return True, None
+
+
 def _wants_default_static_cache(model, generation_config, kwargs) -> bool:
     if "cache_implementation" in kwargs or generation_cache(kwargs) is not None:
         return False
@@ -439,7 +451,7 @@ def _wants_default_static_cache(model, generation_config, kwargs) -> bool:
             return False
     if kwargs.get("use_cache") is False:
         return False
-    return bool(getattr(model, "_can_compile_fullgraph", False)) and model._supports_default_dynamic_cache()
+    return generation_compiles(model)[0]
 
 
 def _prepare_generation_config_with_neuron_defaults(original, self, generation_config=None, **kwargs):

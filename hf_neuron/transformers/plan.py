@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from hf_neuron.transformers.generation import DEFAULT_MAX_CACHE_LEN, resolve_prefill_chunk_size
+from hf_neuron.transformers.generation import DEFAULT_MAX_CACHE_LEN, generation_compiles, resolve_prefill_chunk_size
 
 #: TRL pads unpacked SFT batches to a multiple of this on Neuron (``pad_to_multiple_of="auto"``).
 TRAINING_PAD_MULTIPLE = 128
@@ -352,15 +352,6 @@ def _check_tp(model, tp: int) -> None:
             raise PlanError(f"{name}={heads} does not divide by tp={tp}: pick a tensor-parallel size that divides it")
 
 
-def _generation_compiles(model) -> tuple[bool, str | None]:
-    """Whether ``generate`` on Neuron compiles this architecture (the criteria its static-cache path uses)."""
-    if not getattr(model, "_can_compile_fullgraph", False):
-        return False, f"{type(model).__name__} sets _can_compile_fullgraph=False, so generate does not compile it"
-    if not model._supports_default_dynamic_cache():
-        return False, f"{type(model).__name__} keeps a cache with no static form (recurrent or convolutional state)"
-    return True, None
-
-
 # ----------------------------------------------------------------------------- plans
 
 
@@ -386,7 +377,7 @@ def plan_generation(
         raise PlanError(f"prefill_chunk_size={chunk} leaves no room in max_cache_len={cache_len} for generated tokens")
     torch_dtype, model = _planned_model(config, dtype, tp)
     memory = MemoryEstimate(weights=_weight_bytes(model, tp), device_bytes=device_bytes(instance, logical_nc_config))
-    compiles, reason = _generation_compiles(model)
+    compiles, reason = generation_compiles(model)
     plan = Plan("generation", config.model_type, str(torch_dtype).removeprefix("torch."), tp, [], memory,
                 f"{instance} at LNC={logical_nc_config}", compiles, reason)
     if not compiles:

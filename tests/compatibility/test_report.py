@@ -22,10 +22,15 @@ def _results():
             for lv in ("L4", "L5"):
                 R.set_level(rec, lv, "skip", reason="x")
         else:
+            eager = spec.rank in (5, 15)
             for lv in R.LEVELS:
-                R.set_level(rec, lv, "pass")
-            rec["graphs_compiled"]["L3"] = 3 if spec.rank == 1 else 2
+                details = {"path": "eager" if eager else "compiled"} if lv == "L3" else None
+                if eager and lv == "L3":
+                    details["eager_reason"] = "X sets _can_compile_fullgraph=False"
+                R.set_level(rec, lv, "pass", details=details)
+            rec["graphs_compiled"]["L3"] = 0 if eager else 3 if spec.rank == 1 else 2
         R.upsert(results, rec)
+    results["l3_check"] = "the strict check"
     return results
 
 
@@ -38,8 +43,12 @@ def test_readme_block_is_regenerated_and_the_rest_kept(tmp_path):
     text = readme.read_text()
     assert text.startswith("# Hand-written\n\nintro\n") and text.rstrip().endswith("## Footer")
     assert "old table" not in text
-    assert "**89 of the top-100 text-generation architectures run on Neuron**" in text
-    assert "| L3 | greedy generate" in text and "| 89 | 10 | 1 |" in text
+    assert "**87 of the top-100 text-generation architectures run on Neuron, compiled**" in text
+    assert "2 more run uncompiled" in text
+    assert "L3 in this file: the strict check." in text
+    assert "| L3 | greedy generate" in text and "| 87 | 2 | 10 | 1 | 87 |" in text
+    assert "| 5 | `qwen3_5` | A | ✓ | ✓ | ✓ eager | ✓ | ✓ | 0 |" in text
+    assert "| `qwen3_5` | X sets _can_compile_fullgraph=False |" in text
     assert "`kimi_k2`" in text and "not testable" in text.lower()
     assert "`mistral3`" in text  # multimodal entries named
     # grouped failure reasons (numbers normalised, the pipe escaped), and the per-architecture row

@@ -8,10 +8,12 @@ from hf_neuron.compat import results as R
 from hf_neuron.compat.archs import ArchSpec
 
 
-def _record(name, rank, statuses, reason="boom"):
+def _record(name, rank, statuses, reason="boom", path="compiled"):
     rec = R.new_record(ArchSpec(name, rank=rank, tier="A"))
     for lv, st in zip(R.LEVELS, statuses):
-        R.set_level(rec, lv, st, reason=reason if st != "pass" else None, op="aten::x" if st == "fail" else None)
+        details = {"path": path} if lv == "L3" and st == "pass" else None
+        R.set_level(rec, lv, st, reason=reason if st != "pass" else None, op="aten::x" if st == "fail" else None,
+                    details=details)
     return rec
 
 
@@ -77,6 +79,22 @@ def test_summary_counts_the_ranked_denominator():
     assert s["cumulative"] == {"L1": 2, "L2": 2, "L3": 1, "L4": 1}
     assert s["per_level"]["L3"] == {"pass": 1, "fail": 1, "skip": 1}
     assert s["all_headline"] == 2
+
+
+def test_uncompiled_generation_is_counted_apart_from_the_headline():
+    results = R.new_results("5.24.0", "2.13.0", "simulated")
+    R.upsert(results, _record("a", 1, ["pass"] * 5))
+    R.upsert(results, _record("e", 2, ["pass"] * 5, path="eager"))
+    old = _record("o", 3, ["pass"] * 5, path=None)  # written before paths were recorded
+    old["details"]["L3"] = {}
+    old["graphs_compiled"]["L3"] = 0
+    R.upsert(results, old)
+    s = R.summarize(results)
+    assert s["headline"] == 1
+    assert s["runs_uncompiled"] == 2 and s["l3_uncompiled"] == 2
+    assert s["cumulative"]["L3"] == s["cumulative"]["L4"] == 1
+    assert s["per_level"]["L3"]["pass"] == 3  # the level's own count still holds every pass
+    assert [R.generation_path(r) for r in results["architectures"]] == ["compiled", "eager", "eager"]
 
 
 def test_missing_levels_treats_not_requested_as_missing():
