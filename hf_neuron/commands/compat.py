@@ -180,6 +180,12 @@ def _print_summary(results: dict, output: Path) -> None:
         print(f"all recorded: {s['all_headline']} of {s['all_tested']} pass L1-L3 compiled")
 
 
+def _project_readme() -> Path:
+    from hf_neuron.compat import archs
+
+    return archs.compatibility_dir().parent / "README.md"
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -195,6 +201,8 @@ def handler(args) -> int:
         readme = args.readme or default_readme
         report.update_readme(readme, files, chart_dir=readme.parent)
         print(f"regenerated {readme} from {len(files)} results file(s)")
+        if readme == default_readme and not args.output and report.update_headline(_project_readme(), files):
+            print(f"regenerated the compatibility headline in {_project_readme()}")
         return 0
     try:
         levels = _levels(args.levels)
@@ -236,6 +244,8 @@ def handler(args) -> int:
         files = report.results_files(runner.output.parent) if readme == default_readme else [runner.output]
         report.update_readme(readme, files, chart_dir=Path(readme).parent)
         print(f"regenerated {readme}")
+        if readme == default_readme and report.update_headline(_project_readme(), files):
+            print(f"regenerated the compatibility headline in {_project_readme()}")
     names = {s.model_type for s in specs}
     if args.check and any(R.has_failure(r) for r in results["architectures"] if r["model_type"] in names):
         return 1

@@ -245,6 +245,44 @@ def write_chart(results: dict, path: Path, ranking=None) -> Path:
     return path
 
 
+HEADLINE_BEGIN = "<!-- BEGIN GENERATED compatibility headline, by `hf-neuron compat` from compatibility/results: do not edit by hand -->"
+
+
+def render_headline(files: list[Path]) -> str:
+    """One row per results file: compiled L1-L3, runs uncompiled, L4 and L5 side by side with the
+    published claims (the block the project README shows)."""
+    lines = ["| transformers, device | L1-L3 compiled | runs, uncompiled | L1-L4 | L5 TP=2 (of those with a TP plan) |",
+             "|---|---:|---:|---:|---:|"]
+    for path in files:
+        results = R.load(path)
+        s = R.summarize(results)
+        l5 = s["per_level"]["L5"]
+        device = DEVICE_TITLES.get(results["device_kind"], results["device_kind"])
+        strict = "" if results.get("l3_check") else " (single-prompt L3)"
+        lines.append(f"| {results['transformers_version']}, {device}{strict} | {s['headline']} | {s['runs_uncompiled']} | "
+                     f"{s['cumulative']['L4']} | {l5['pass']} of {l5['pass'] + l5['fail']} |")
+    lines += ["", f"Of the top 100, on the same denominator: TorchNeuron's announcement claims {TORCHNEURON_CLAIM}% run "
+              f"natively and {OPTIMUM_NEURON_CLAIM}% for optimum-neuron 0.4.5 (method unpublished)."]
+    return "\n".join(lines)
+
+
+def update_headline(readme: Path, files: list[Path]) -> bool:
+    """Rewrite the headline block of ``readme`` when it has one; False when it has none."""
+    readme = Path(readme)
+    if not readme.exists():
+        return False
+    text = readme.read_text()
+    if HEADLINE_BEGIN not in text or END not in text.split(HEADLINE_BEGIN, 1)[1]:
+        return False
+    head, rest = text.split(HEADLINE_BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    text = f"{head}{HEADLINE_BEGIN}\n\n{render_headline(files)}\n\n{END}{tail}"
+    tmp = readme.with_name(f".{readme.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(readme)
+    return True
+
+
 def chart_filename(results: dict) -> str:
     return f"coverage-{results['transformers_version']}-{results['device_kind']}.png"
 

@@ -71,3 +71,18 @@ def test_report_only_from_the_cli(tmp_path):
     readme = tmp_path / "README.md"
     assert run_compat("--report-only", "--output", path, "--readme", readme) == 0
     assert report.BEGIN in readme.read_text()
+
+
+def test_project_readme_headline_puts_compiled_uncompiled_l4_and_l5_side_by_side(tmp_path):
+    path = tmp_path / "5.24.0-simulated.json"
+    R.write_atomic(path, _results())
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{report.HEADLINE_BEGIN}\nold\n{report.END}\nrest\n")
+    assert report.update_headline(readme, [path])
+    text = readme.read_text()
+    assert "| 5.23.0, simulated Neuron device | 87 | 2 | 87 | 89 of 89 |" in text
+    assert "89%" in text and "46%" in text and "old" not in text
+    assert text.startswith("intro\n") and text.endswith("rest\n")
+    plain = tmp_path / "OTHER.md"
+    plain.write_text("no block here\n")
+    assert not report.update_headline(plain, [path]) and plain.read_text() == "no block here\n"
