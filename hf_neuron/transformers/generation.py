@@ -105,11 +105,19 @@ def _dense_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _with_dense_strides(value):
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.stride() != _dense_strides(value.shape):
+        return value.clone(memory_format=torch.contiguous_format)
+    return value
+
+
 def _prepare_inputs_with_dense_strides(original, self, *args, **kwargs):
     model_inputs = original(self, *args, **kwargs)
     for key, value in list(model_inputs.items()):
-        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.stride() != _dense_strides(value.shape):
-            model_inputs[key] = value.clone(memory_format=torch.contiguous_format)
+        if isinstance(value, dict):  # per-layer-type masks of hybrid models: {"linear_attention": ..., ...}
+            model_inputs[key] = {name: _with_dense_strides(v) for name, v in value.items()}
+        else:
+            model_inputs[key] = _with_dense_strides(value)
     return model_inputs
 
 
@@ -140,7 +148,8 @@ def patch_prefill_chunk_strides() -> None:
     ``prepare_inputs_for_generation`` passes the view on, whose stride is the prompt length; Dynamo
     guards on strides (measured: 6 graphs for 8 prompts padded to a multiple of the chunk).
     Detected by preparing inputs from such a view and looking at the strides. Patch: model inputs
-    with non-dense strides are cloned to contiguous tensors (small: ids and positions).
+    with non-dense strides are cloned to contiguous tensors (small: ids, positions and masks, also
+    the per-layer-type masks hybrid models take as a dict).
     """
     from transformers.generation.utils import GenerationMixin
 

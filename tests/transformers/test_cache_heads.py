@@ -1,0 +1,46 @@
+"""Falcon's static cache has Falcon's key/value heads, so its generation with chunked prefill runs on
+Neuron and gives the CPU tokens."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from transformers import FalconConfig
+from transformers.generation.utils import GenerationMixin
+
+from hf_neuron.patching import upstream_behaviour
+from hf_neuron.testing.tiny_models import build_model
+from hf_neuron.transformers.cache_heads import FIX_NAME
+
+SIZES = {"max_cache_len": 64, "prefill_chunk_size": 16}
+
+
+def _init_heads(**falcon):
+    config = FalconConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=1, **falcon)
+    return GenerationMixin._get_static_cache_init_shape(types.SimpleNamespace(config=config))[0]
+
+
+def test_cache_heads_follow_falcons_rule():
+    assert _init_heads(multi_query=True, new_decoder_architecture=False) == 1  # Falcon-7B
+    assert _init_heads(new_decoder_architecture=True, num_kv_heads=2) == 2  # Falcon-40B
+    assert _init_heads(multi_query=False, new_decoder_architecture=False) == 4
+
+
+def _generate(model, prompt):
+    with torch.no_grad():
+        return model.generate(input_ids=prompt.to(model.device), attention_mask=torch.ones_like(prompt).to(model.device),
+                              max_new_tokens=4, do_sample=False, **SIZES).cpu()
+
+
+def test_falcon_generates_the_cpu_tokens_on_neuron(fresh_dynamo):
+    model = build_model("falcon").eval()
+    prompt = torch.randint(3, 200, (1, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=4,
+                                  do_sample=False)
+    model.to("neuron")
+    assert torch.equal(_generate(model, prompt), expected)
+    with upstream_behaviour(FIX_NAME), pytest.raises(Exception, match="same slice shapes"):
+        _generate(model, prompt)
