@@ -38,7 +38,7 @@ COVERAGE = {
     "trainer-compiled-evaluation": "transformers/test_evaluation.py::test_evaluations_reuse_one_compiled_graph_set",
     "trainer-resume-sharded-models": "trl/test_resume_training.py::test_upstream_cannot_checkpoint_a_sharded_run",
     "static-cache-mixed-precision": "transformers/test_cache_dtype.py::test_upstream_rejects_them",
-    "static-cache-falcon-kv-heads": "transformers/test_cache_heads.py::test_falcon_generates_the_cpu_tokens_on_neuron",
+    "static-cache-falcon-kv-heads": "transformers/test_cache_shapes.py::test_falcon_generates_the_cpu_tokens_on_neuron",
     "trl.atomic_checkpoints": "trl/test_checkpoints.py::test_upstream_leaves_a_partial_checkpoint",
     "trl.neuron_device_map": "trl/test_model_loading.py::test_upstream_default_rejects_tensor_parallel_loading",
     "trl.pad_to_multiple_of_auto": "trl/test_padding.py",

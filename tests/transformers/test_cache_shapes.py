@@ -1,5 +1,5 @@
-"""Falcon's static cache has Falcon's key/value heads, so its generation with chunked prefill runs on
-Neuron and gives the CPU tokens."""
+"""Falcon's static cache, allocated ahead of the first forward, has Falcon's key/value heads, so its
+generation with chunked prefill runs on Neuron and gives the CPU tokens."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from transformers.generation.utils import GenerationMixin
 
 from hf_neuron.patching import upstream_behaviour
 from hf_neuron.testing.tiny_models import build_model
-from hf_neuron.transformers.cache_heads import FIX_NAME
+from hf_neuron.transformers.cache_shapes import FIX_NAME
 
 SIZES = {"max_cache_len": 64, "prefill_chunk_size": 16}
 
@@ -44,3 +44,4 @@ def test_falcon_generates_the_cpu_tokens_on_neuron(fresh_dynamo):
     assert torch.equal(_generate(model, prompt), expected)
     with upstream_behaviour(FIX_NAME), pytest.raises(Exception, match="same slice shapes"):
         _generate(model, prompt)
+

@@ -1,11 +1,10 @@
-"""Static cache sized with Falcon's key/value head count.
+"""Static caches allocated before the first forward with the key/value heads Falcon writes.
 
-Generation with chunked prefill (hf_neuron's Neuron default) allocates the static cache before the
-first forward, with the key/value head count Transformers reads from the config's
-``num_key_value_heads`` (falling back to ``num_attention_heads``). Falcon keeps that count under its
-own name and rule: ``num_kv_heads`` keys and values per layer in the new decoder architecture
-(Falcon-40B, -180B), and a single shared head in the original multi-query one (Falcon-7B). The cache
-is then allocated with every attention head, and the first write raises (``index_copy_(): Source/
+Generation with chunked prefill (hf_neuron's Neuron default) compiles the prefill, so Transformers
+allocates ("early-initialises") the static cache before the first forward, from the key/value head
+count it reads off the config's ``num_key_value_heads``. Falcon keeps its count under its own name
+and rule: ``num_kv_heads`` per layer in the new decoder architecture (Falcon-40B, -180B), one shared
+head in the original multi-query one (Falcon-7B). The cache is allocated with every attention head and the first write raises (``index_copy_(): Source/
 destination tensor must have same slice shapes``): generate of a Falcon checkpoint fails on Neuron.
 """
 
@@ -57,3 +56,4 @@ def patch_falcon_cache_heads() -> None:
     from transformers.generation.utils import GenerationMixin
 
     wrap(FIX_NAME, GenerationMixin, "_get_static_cache_init_shape", _init_shape_with_falcon_heads)
+
