@@ -233,6 +233,16 @@ def _full_attention_capacity(cache) -> int | None:
     return min(capacities) if capacities else None
 
 
+def _given(value) -> bool:
+    """An input is given: not None, and not an empty container (multimodal classes pass an empty
+    ``mm_encoder_outputs`` dict with a text-only prompt)."""
+    if isinstance(value, dict):
+        return any(_given(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_given(v) for v in value)
+    return value is not None
+
+
 def _prompt_padding(self, input_ids, generation_config, model_kwargs, is_first_iteration) -> int:
     """Tokens to add on the left so that every prefill chunk is full, or 0."""
     from transformers.generation.utils import MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL
@@ -244,9 +254,10 @@ def _prompt_padding(self, input_ids, generation_config, model_kwargs, is_first_i
     padding = -length % chunk
     if padding == 0 or model_kwargs.get("inputs_embeds") is not None:
         return 0
-    if any(model_kwargs.get(key) is not None for key in MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL):
+    # Padding would move the positions of image or audio tokens: only text prompts are padded.
+    if any(_given(model_kwargs.get(key)) for key in MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL):
         return 0
-    if any(model_kwargs.get(key) is not None for key in ("mm_token_type_ids", "moe_mm_token_type_ids")):
+    if any(_given(model_kwargs.get(key)) for key in ("mm_token_type_ids", "moe_mm_token_type_ids")):
         return 0
     cache = generation_cache(model_kwargs)
     if cache is None or not getattr(cache, "is_compileable", False) or int(cache.get_seq_length()) != 0:

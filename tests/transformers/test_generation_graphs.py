@@ -88,6 +88,21 @@ def test_hybrid_sliding_and_full_attention_moe_compiles_two_graphs(fresh_dynamo)
         assert torch.equal(got, want)
 
 
+def test_multimodal_class_with_a_text_prompt_compiles_two_graphs(fresh_dynamo):
+    """Mistral 3 through its image-text class: a text-only prompt is padded to the chunk like any other
+    (the class passes an empty ``mm_encoder_outputs``, which is not an image)."""
+    from hf_neuron.testing.tiny_models import build_model
+
+    model = build_model("mistral3").eval()
+    prompts = workload_prompts(model.config.get_text_config().vocab_size, (7, 20))
+    expected = generate_batches(model, prompts, 1, max_new_tokens=4)
+    model.to("neuron")
+    count, tokens = _count_graphs(model, prompts, 1, max_new_tokens=4, max_cache_len=64, prefill_chunk_size=16)
+    assert count == 2
+    for got, want in zip(tokens, expected):
+        assert torch.equal(got, want)
+
+
 # Each detector, run before and after its fix: it sees the gap on the installed release (so the fix
 # is active), and no longer sees it once the fix is in place.
 def _probes():
