@@ -46,7 +46,11 @@ def _compiled_call_with_room(original, self, compile_config):
     if (not model_on_neuron(self) or compiled is self.__call__ or getattr(compiled, _MARK, False)
             or _user_set_the_limit()):
         return compiled
-    options = self._last_compile_config.to_dict()
+    # The config the compiled call was built with (a model class may build its own without recording it).
+    used = getattr(self, "_last_compile_config", None) or compile_config
+    if used is None:
+        return compiled
+    options = used.to_dict()
     ours = torch.compile(self.__call__, **options, recompile_limit=GENERATION_RECOMPILE_LIMIT,
                          isolate_recompiles=True)
     setattr(ours, _MARK, True)

@@ -85,7 +85,7 @@ def test_eager_architecture_is_planned_with_no_graph_and_its_reason(tmp_path, fr
     path = save_tiny_model("mamba", tmp_path / "mamba")
     plan = plan_generation(path, [1], CACHE_LEN, CHUNK)
     assert not plan.compiled and plan.graph_count == 0
-    assert "no static cache to compile with" in plan.eager_reason
+    assert "_can_compile_fullgraph=False" in plan.eager_reason
 
     model = build_model("mamba").to("neuron")
     with graph_log.count_graphs() as graphs:
