@@ -53,11 +53,15 @@ PROMISE_TESTS = (
     "tests/diffusers/test_fixes.py",
     "tests/diffusers/test_tp_plans.py",
 )
-#: Run on the newest releases only: four-rank variants of tests whose two-rank or one-process forms
-#: run here too (four processes on a two-core runner cost more than the rest of a promise file).
+#: Run on the newest releases only (node-id prefixes): the costliest tests of a promise file whose fix
+#: tests run here too. Four-rank variants of tests whose two-rank or one-process forms run here; the
+#: preference trainers' multi-epoch runs (GRPO's fix test runs here); the warm-up's fresh-process run.
 NEWEST_ONLY = (
     "tests/transformers/test_tensor_parallel.py::test_tp_generation_matches_single_device[4]",
     "tests/transformers/test_warmup.py::test_concurrent_four_rank_warmup_loses_no_entry",
+    "tests/transformers/test_warmup.py::test_fresh_process_on_a_warmed_or_imported_cache_records_no_miss",
+    "tests/trl/test_preference_and_online.py::test_dpo_two_epochs_bounded_shapes_and_cpu_losses",
+    "tests/trl/test_preference_and_online.py::test_other_trainers_train_compiled_with_bounded_graphs",
 )
 
 
