@@ -180,10 +180,16 @@ def _print_summary(results: dict, output: Path) -> None:
         print(f"all recorded: {s['all_headline']} of {s['all_tested']} pass L1-L3 compiled")
 
 
-def _project_readme() -> Path:
-    from hf_neuron.compat import archs
+def _regenerate(readme: Path, files: list[Path], *, headline: bool) -> None:
+    """The compatibility README (and its charts) from ``files``; with ``headline``, also the project
+    README's compatibility block (only the committed results files may write it)."""
+    from hf_neuron.compat import archs, report
 
-    return archs.compatibility_dir().parent / "README.md"
+    report.update_readme(readme, files, chart_dir=readme.parent)
+    print(f"regenerated {readme} from {len(files)} results file(s)")
+    project = archs.compatibility_dir().parent / "README.md"
+    if headline and report.update_headline(project, files):
+        print(f"regenerated the compatibility headline in {project}")
 
 
 def _interrupt(signum, frame):
@@ -199,10 +205,7 @@ def handler(args) -> int:
     if args.report_only:
         files = [args.output] if args.output else report.results_files()
         readme = args.readme or default_readme
-        report.update_readme(readme, files, chart_dir=readme.parent)
-        print(f"regenerated {readme} from {len(files)} results file(s)")
-        if readme == default_readme and not args.output and report.update_headline(_project_readme(), files):
-            print(f"regenerated the compatibility headline in {_project_readme()}")
+        _regenerate(readme, files, headline=readme == default_readme and not args.output)
         return 0
     try:
         levels = _levels(args.levels)
@@ -242,10 +245,7 @@ def handler(args) -> int:
         readme = default_readme
     if readme is not None and not args.no_readme:
         files = report.results_files(runner.output.parent) if readme == default_readme else [runner.output]
-        report.update_readme(readme, files, chart_dir=Path(readme).parent)
-        print(f"regenerated {readme}")
-        if readme == default_readme and report.update_headline(_project_readme(), files):
-            print(f"regenerated the compatibility headline in {_project_readme()}")
+        _regenerate(Path(readme), files, headline=readme == default_readme)
     names = {s.model_type for s in specs}
     if args.check and any(R.has_failure(r) for r in results["architectures"] if r["model_type"] in names):
         return 1

@@ -116,9 +116,7 @@ def _level_table(summary: dict) -> list[str]:
 
 def _l3_mark(rec: dict) -> str:
     mark = _MARK.get(rec["levels"].get("L3"))
-    if rec["levels"].get("L3") == "pass" and R.generation_path(rec) == "eager":
-        return mark + " eager"
-    return mark
+    return mark + " eager" if R.passes_uncompiled(rec) else mark
 
 
 def _arch_table(records: list[dict], ranked: bool) -> list[str]:
@@ -146,7 +144,7 @@ def render_section(results: dict, chart_name: str | None, ranking=None) -> str:
     over2 = [f"`{r['model_type']}` ({r['graphs_compiled']['L3']})" for r in ranked
              if r["levels"].get("L3") == "pass" and (r["graphs_compiled"].get("L3") or 0) > 2
              and "graphs_per_batch" not in r["details"].get("L3", {})]
-    eager = [r for r in ranked if r["levels"].get("L3") == "pass" and R.generation_path(r) == "eager"]
+    eager = [r for r in ranked if R.passes_uncompiled(r)]
     out = [f"### transformers {results['transformers_version']} on the {device}", ""]
     out.append(f"torch {results['torch_version']}, hf_neuron {results.get('hf_neuron_version', '?')}, "
                f"generated {results['generated_at']} (`{R.results_filename(results['transformers_version'], results['device_kind'])}`).")
@@ -271,18 +269,31 @@ def render_headline(files: list[Path]) -> str:
 def update_headline(readme: Path, files: list[Path]) -> bool:
     """Rewrite the headline block of ``readme`` when it has one; False when it has none."""
     readme = Path(readme)
-    if not readme.exists():
+    text = readme.read_text() if readme.exists() else ""
+    if not _has_block(text, HEADLINE_BEGIN):
         return False
-    text = readme.read_text()
-    if HEADLINE_BEGIN not in text or END not in text.split(HEADLINE_BEGIN, 1)[1]:
-        return False
-    head, rest = text.split(HEADLINE_BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    text = f"{head}{HEADLINE_BEGIN}\n\n{render_headline(files)}\n\n{END}{tail}"
-    tmp = readme.with_name(f".{readme.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(readme)
+    _write_text(readme, _with_block(text, HEADLINE_BEGIN, render_headline(files)))
     return True
+
+
+def _has_block(text: str, begin: str) -> bool:
+    return begin in text and END in text.split(begin, 1)[1]
+
+
+def _with_block(text: str, begin: str, body: str) -> str:
+    """``text`` with the generated block that opens with ``begin`` holding ``body`` (appended when absent)."""
+    block = f"{begin}\n\n{body.rstrip()}\n\n{END}"
+    if not _has_block(text, begin):
+        return text.rstrip() + "\n\n" + block + "\n"
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(END, 1)
+    return head + block + tail
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def chart_filename(results: dict) -> str:
@@ -306,15 +317,6 @@ def update_readme(readme: Path, files: list[Path], chart_dir: Path | None = None
                 chart_name = chart_path.as_posix()
         sections.append(render_section(results, chart_name, ranking))
     body = "\n".join(sections) if sections else "_No results yet: run `hf-neuron compat`._\n"
-    block = f"{BEGIN}\n\n{body.rstrip()}\n\n{END}"
-    text = readme.read_text() if readme.exists() else f"# Compatibility\n\n{BEGIN}\n{END}\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    tmp = readme.with_name(f".{readme.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(readme)
+    text = readme.read_text() if readme.exists() else "# Compatibility\n"
+    _write_text(readme, _with_block(text, BEGIN, body))
     return readme

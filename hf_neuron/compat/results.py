@@ -141,6 +141,11 @@ def generation_path(record: dict) -> str | None:
     return path
 
 
+def passes_uncompiled(record: dict) -> bool:
+    """L3 passed with generation that compiled nothing (counted apart from the headline)."""
+    return record["levels"].get("L3") == "pass" and generation_path(record) == "eager"
+
+
 def passes_compiled(record: dict, levels=HEADLINE_LEVELS) -> bool:
     """The levels pass, and generation (when L3 is among them) ran compiled."""
     return passes(record, levels) and ("L3" not in levels or generation_path(record) == "compiled")
@@ -235,7 +240,7 @@ def summarize(results: dict) -> dict:
     cumulative = {}
     for i, lv in enumerate(LEVELS[:4]):
         cumulative[lv] = sum(passes_compiled(r, LEVELS[: i + 1]) for r in ranked)
-    uncompiled = [r for r in ranked if r["levels"].get("L3") == "pass" and generation_path(r) == "eager"]
+    uncompiled = [r for r in ranked if passes_uncompiled(r)]
     return {
         "ranked_tested": len(ranked),
         "headline": sum(passes_compiled(r) for r in ranked),

@@ -4,8 +4,9 @@ Generation with chunked prefill (hf_neuron's Neuron default) compiles the prefil
 allocates ("early-initialises") the static cache before the first forward, from the key/value head
 count it reads off the config's ``num_key_value_heads``. Falcon keeps its count under its own name
 and rule: ``num_kv_heads`` per layer in the new decoder architecture (Falcon-40B, -180B), one shared
-head in the original multi-query one (Falcon-7B). The cache is allocated with every attention head and the first write raises (``index_copy_(): Source/
-destination tensor must have same slice shapes``): generate of a Falcon checkpoint fails on Neuron.
+head in the original multi-query one (Falcon-7B). The cache is allocated with every attention head
+and the first write raises (``index_copy_(): Source/destination tensor must have same slice
+shapes``): generate of a Falcon checkpoint fails on Neuron.
 """
 
 from __future__ import annotations
@@ -56,4 +57,3 @@ def patch_falcon_cache_heads() -> None:
     from transformers.generation.utils import GenerationMixin
 
     wrap(FIX_NAME, GenerationMixin, "_get_static_cache_init_shape", _init_shape_with_falcon_heads)
-

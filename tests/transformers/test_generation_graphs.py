@@ -74,18 +74,23 @@ def test_each_fix_is_needed_for_two_graphs(fix_name, fresh_dynamo):
         assert torch.equal(got, want)
 
 
+def _assert_two_graphs_with_cpu_tokens(model, lengths, max_new_tokens, **sizes):
+    """Batch-1 greedy generation of prompts of ``lengths`` on Neuron: 2 graphs, the CPU eager tokens."""
+    prompts = workload_prompts(model.config.get_text_config().vocab_size, lengths)
+    expected = generate_batches(model, prompts, 1, max_new_tokens=max_new_tokens)
+    model.to("neuron")
+    count, tokens = _count_graphs(model, prompts, 1, max_new_tokens=max_new_tokens, **sizes)
+    assert count == 2
+    for got, want in zip(tokens, expected):
+        assert torch.equal(got, want)
+
+
 def test_hybrid_sliding_and_full_attention_moe_compiles_two_graphs(fresh_dynamo):
     """GPT-OSS: alternating sliding / full attention layers and mixture-of-experts MLPs."""
     from hf_neuron.testing.tiny_models import build_model
 
     model = build_model("gpt_oss", sliding_window=32)
-    prompts = workload_prompts(model.config.vocab_size, (20, 45, 70))
-    expected = generate_batches(model, prompts, 1, max_new_tokens=8)
-    model.to("neuron")
-    count, tokens = _count_graphs(model, prompts, 1, max_new_tokens=8, max_cache_len=128, prefill_chunk_size=16)
-    assert count == 2
-    for got, want in zip(tokens, expected):
-        assert torch.equal(got, want)
+    _assert_two_graphs_with_cpu_tokens(model, (20, 45, 70), 8, max_cache_len=128, prefill_chunk_size=16)
 
 
 def test_multimodal_class_with_a_text_prompt_compiles_two_graphs(fresh_dynamo):
@@ -94,13 +99,21 @@ def test_multimodal_class_with_a_text_prompt_compiles_two_graphs(fresh_dynamo):
     from hf_neuron.testing.tiny_models import build_model
 
     model = build_model("mistral3").eval()
-    prompts = workload_prompts(model.config.get_text_config().vocab_size, (7, 20))
-    expected = generate_batches(model, prompts, 1, max_new_tokens=4)
-    model.to("neuron")
-    count, tokens = _count_graphs(model, prompts, 1, max_new_tokens=4, max_cache_len=64, prefill_chunk_size=16)
-    assert count == 2
-    for got, want in zip(tokens, expected):
-        assert torch.equal(got, want)
+    _assert_two_graphs_with_cpu_tokens(model, (7, 20), 4, max_cache_len=64, prefill_chunk_size=16)
+
+
+def test_per_layer_type_masks_get_dense_strides():
+    """Hybrid models take their masks as a dict per layer type; chunk views in it are made dense too."""
+    from hf_neuron.transformers import generation
+
+    whole = torch.ones(1, 64)
+    chunk = whole[:, 16:32]  # a prefill chunk's view: stride 64, not 16
+    inputs = generation._prepare_inputs_with_dense_strides(
+        lambda self: {"input_ids": chunk, "attention_mask": {"linear_attention": chunk, "full_attention": None}}, None)
+    assert inputs["input_ids"].stride() == (16, 1)
+    assert inputs["attention_mask"]["linear_attention"].stride() == (16, 1)
+    assert torch.equal(inputs["attention_mask"]["linear_attention"], chunk)
+    assert inputs["attention_mask"]["full_attention"] is None
 
 
 # Each detector, run before and after its fix: it sees the gap on the installed release (so the fix
