@@ -44,6 +44,7 @@ PROMISE_TESTS = (
     "tests/transformers/test_evaluation.py",
     "tests/transformers/test_cache_dtype.py",
     "tests/transformers/test_cache_shapes.py",
+    "tests/transformers/test_cache_allocation.py",
     "tests/transformers/test_plan.py",
     "tests/transformers/test_warmup.py",
     "tests/trl/test_padding.py",

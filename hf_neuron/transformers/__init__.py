@@ -10,6 +10,7 @@ Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies n
 - :mod:`.cache`: sliding-window static cache bookkeeping without a Python int guard.
 - :mod:`.cache_dtype`: a static cache takes the states of a mixed-precision forward.
 - :mod:`.cache_shapes`: Falcon's static cache, allocated ahead, has Falcon's key/value head count.
+- :mod:`.cache_allocation`: linear- and latent-attention cache layers are allocated before the first compiled forward.
 - :mod:`.placement`, :mod:`.loading`: ``device_map`` on neuron devices, synchronous loading.
 - :mod:`.tensor_parallel`: ``DistributedConfig(tp_size=N)`` generation that compiles on Neuron.
 - :mod:`.training_batches`: a Trainer's short last batch padded to the full batch size on Neuron.
@@ -37,7 +38,7 @@ from hf_neuron.transformers.warmup import WarmupReport, warmup
 # Modules whose import registers fixes (importing them does not import Transformers submodules).
 FIX_MODULES = (
     "generation", "cache", "placement", "loading", "tensor_parallel", "checkpointing", "training_batches", "evaluation",
-    "resume", "cache_dtype", "recompile_limit", "cache_shapes",
+    "resume", "cache_dtype", "recompile_limit", "cache_shapes", "cache_allocation",
 )
 
 

@@ -1,0 +1,262 @@
+"""Static caches with every layer's state allocated before generation's first compiled forward.
+
+Generation with chunked prefill (hf_neuron's Neuron default) compiles the prefill, so Transformers
+allocates ("early-initialises") the static cache before the first forward, so that the first chunk
+and the next ones are the same graph. It can only do that for key/value layers whose shape it
+derives from the config, ``(num_key_value_heads, head_dim)``. Two families fall outside it:
+
+- linear-attention and state-space layers (Qwen3.5 / Qwen3-Next gated delta net, Mamba in Jamba,
+  Granite 4, Nemotron-H, LFM2 short convolutions, Kimi Linear, Bailing hybrid) keep convolution and
+  recurrent states whose shapes only their module knows; Transformers never allocates them ahead
+  (``supports_early_init = False``). They also keep a Python flag per state, "has a previous
+  state", that selects the no-state path in the first chunk and is set inside it.
+- latent attention (DeepSeek V2 / V3 / V3.2, GLM-4 MoE Lite, GLM MoE DSA, Mistral 4, MiniCPM3,
+  Hunyuan V4) caches keys and values of different sizes (a compressed latent and a rope key) plus,
+  for sparse attention, an indexer key cache; Transformers returns no init shape for them.
+
+Their first prefill chunk allocates the cache inside the compiled graph and flips the flags Dynamo
+guards on, so generate compiles a graph for the first chunk, another for the next chunks, and
+decode again (measured on tiny models: 3 graphs per batch size for latent attention, 6 for hybrid
+linear attention, where hf_neuron promises 2).
+
+The patch measures what the first forward would allocate by running it on fake tensors
+(``FakeTensorMode``: shapes and dtypes only, no memory, no kernel), allocates those states as zeros
+on the model's device, and marks each linear-attention state as a previous state: a zero
+convolution window and a zero recurrent state are exactly what the no-state path starts from (it
+pads the convolution with zeros and starts the recurrence from zero). Every chunk then takes the
+same path, and the prefill and decode graphs are the only two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import types
+
+import torch
+
+from hf_neuron.patching import fix, original, wrap
+
+FIX_NAME = "static-cache-allocate-every-layer"
+
+logger = logging.getLogger(__name__)
+
+_KV_NAMES = ("keys", "values")
+_INDEXER_NAME = "indexer_keys"
+
+
+def _linear_state_dicts(layer) -> tuple[dict, dict] | None:
+    conv = getattr(layer, "conv_states", None)
+    recurrent = getattr(layer, "recurrent_states", None)
+    if isinstance(conv, dict) and isinstance(recurrent, dict):
+        return conv, recurrent
+    return None
+
+
+def _has_kv_part(layer) -> bool:
+    from transformers.cache_utils import CacheLayerMixin
+
+    return isinstance(layer, CacheLayerMixin)
+
+
+def unallocated_layers(cache) -> list[int]:
+    """Indices of the cache layers that still wait for their first forward to allocate state."""
+    pending = []
+    for index, layer in enumerate(getattr(cache, "layers", ())):
+        linear = _linear_state_dicts(layer)
+        if linear is not None and not any(v is not None for states in linear for v in states.values()):
+            pending.append(index)
+        elif _has_kv_part(layer) and not (layer.is_initialized and getattr(layer, "is_indexer_initialized", True)):
+            pending.append(index)
+    return pending
+
+
+def _copy_for_probe(cache, fake_mode):
+    """A copy of ``cache`` whose tensors are fakes of the real ones: what the fake forward writes
+    (states, lengths) stays in the copy."""
+
+    def fake(value):
+        if isinstance(value, torch.Tensor):
+            return fake_mode.from_tensor(value)
+        if isinstance(value, dict):
+            return {key: fake(item) for key, item in value.items()}
+        return value
+
+    probe = copy.copy(cache)
+    layers = []
+    for layer in cache.layers:
+        twin = copy.copy(layer)
+        for name, value in vars(layer).items():
+            setattr(twin, name, fake(value))
+        layers.append(twin)
+    probe.layers = layers
+    return probe
+
+
+class _GroupedMatmulAnyDtype(torch.overrides.TorchFunctionMode):
+    """Lets grouped matmuls of any dtype through the fake forward (shapes only).
+
+    Mixture-of-experts layers call ``torch._grouped_mm`` in eager mode, whose shape function only
+    accepts bfloat16; a compiled forward takes Transformers' own fallback instead. Only shapes are
+    measured here, so the call is made in bfloat16 and its result cast back.
+    """
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        grouped = {getattr(torch, "_grouped_mm", None), getattr(torch.nn.functional, "grouped_mm", None)} - {None}
+        if func in grouped and len(args) >= 2 and args[0].dtype != torch.bfloat16:
+            dtype = args[0].dtype
+            out = func(args[0].to(torch.bfloat16), args[1].to(torch.bfloat16), *args[2:], **kwargs)
+            return out.to(dtype)
+        return func(*args, **kwargs)
+
+
+def measure_first_forward_states(model, cache, batch_size: int, seq_len: int) -> dict[int, dict]:
+    """What the first forward of ``seq_len`` tokens allocates in each pending layer of ``cache``.
+
+    Returns ``{layer index: {"kv": (key like, value like), "indexer": like, "conv": {state: like},
+    "recurrent": {state: like}}}`` where each ``like`` is a ``(shape, dtype)`` pair. ``cache`` is
+    not modified.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from hf_neuron.transformers.generation import cache_keyword
+
+    pending = unallocated_layers(cache)
+    device = model.device
+    with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True) as fake_mode, _GroupedMatmulAnyDtype():
+        probe = _copy_for_probe(cache, fake_mode)
+        ids = torch.zeros((batch_size, seq_len), dtype=torch.long, device=device)
+        model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **{cache_keyword(): probe})
+
+    def like(tensor):
+        return (tuple(tensor.shape), tensor.dtype) if isinstance(tensor, torch.Tensor) else None
+
+    measured = {}
+    for index in pending:
+        layer = probe.layers[index]
+        states = {}
+        before = cache.layers[index]
+        if _has_kv_part(layer) and layer.is_initialized and not before.is_initialized:
+            states["kv"] = tuple(like(getattr(layer, name)) for name in _KV_NAMES)
+        indexer = getattr(layer, _INDEXER_NAME, None)
+        if indexer is not None and getattr(before, _INDEXER_NAME, None) is None:
+            states["indexer"] = like(indexer)
+        linear = _linear_state_dicts(layer)
+        if linear is not None:
+            conv, recurrent = linear
+            states["conv"] = {i: like(t) for i, t in conv.items() if t is not None}
+            states["recurrent"] = {i: like(t) for i, t in recurrent.items() if t is not None}
+        measured[index] = states
+    return measured
+
+
+def allocate_measured_states(cache, measured: dict[int, dict], device) -> None:
+    """Allocate zero states of the measured shapes in ``cache``, through each layer's own init."""
+    for index, states in measured.items():
+        layer = cache.layers[index]
+        if "kv" in states:
+            (key_shape, key_dtype), (value_shape, value_dtype) = states["kv"]
+            # Static layers take every dimension but the sequence one from these (as Transformers'
+            # own early initialisation does), so an empty sequence dimension allocates nothing extra.
+            key = torch.zeros((*key_shape[:-2], 0, key_shape[-1]), dtype=key_dtype, device=device)
+            value = torch.zeros((*value_shape[:-2], 0, value_shape[-1]), dtype=value_dtype, device=device)
+            layer.lazy_initialization(key, value)
+        if "indexer" in states:
+            shape, dtype = states["indexer"]
+            layer.lazy_initialization_indexer(torch.zeros((*shape[:-2], 0, shape[-1]), dtype=dtype, device=device))
+        for state_idx, (shape, dtype) in states.get("conv", {}).items():
+            layer.lazy_initialization(conv_states=torch.zeros(shape, dtype=dtype, device=device),
+                                      state_idx=state_idx, conv_kernel_size=shape[-1])
+        for state_idx, (shape, dtype) in states.get("recurrent", {}).items():
+            layer.lazy_initialization(recurrent_states=torch.zeros(shape, dtype=dtype, device=device),
+                                      state_idx=state_idx)
+        mark_zero_states_as_previous(layer)
+
+
+def mark_zero_states_as_previous(layer) -> None:
+    """A linear-attention layer whose allocated states are zeros continues from them (see module doc)."""
+    linear = _linear_state_dicts(layer)
+    flags = getattr(layer, "has_previous_state", None)
+    if linear is None or not isinstance(flags, dict):
+        return
+    conv, recurrent = linear
+    for state_idx in flags:
+        if conv.get(state_idx) is not None or recurrent.get(state_idx) is not None:
+            flags[state_idx] = True
+
+
+def _allocate_every_layer(original, self, cache_implementation, batch_size, max_cache_len, prefill_chunk_size,
+                          model_kwargs, *args, **kwargs):
+    cache = original(self, cache_implementation, batch_size, max_cache_len, prefill_chunk_size, model_kwargs,
+                     *args, **kwargs)
+    # Upstream allocates ahead only for a compiled (chunked) prefill of a decoder on one device; a
+    # sharded model's forward runs collectives, which have no fake form: both keep lazy allocation.
+    if (prefill_chunk_size is None or self.config.is_encoder_decoder or not unallocated_layers(cache)
+            or (getattr(self, "_tp_size", None) or 1) > 1
+            or len(set(getattr(self, "hf_device_map", {"": 0}).values())) > 1):
+        return cache
+    try:
+        measured = measure_first_forward_states(self, cache, batch_size, prefill_chunk_size)
+    except Exception as exc:  # noqa: BLE001 - a model the fake forward cannot run keeps lazy allocation
+        _warn_lazy(type(self).__name__, exc)
+        return cache
+    allocate_measured_states(cache, measured, self.device)
+    return cache
+
+
+_warned: set[str] = set()
+
+
+def _warn_lazy(class_name: str, exc: BaseException) -> None:
+    if class_name in _warned:
+        return
+    _warned.add(class_name)
+    logger.warning(
+        "hf_neuron: could not measure the cache states of %s ahead of generation (%s: %s); its cache is "
+        "allocated by the first prefill chunk, which compiles one or two extra graphs per batch size. "
+        "Set HF_NEURON_DISABLE=%s to silence this.", class_name, type(exc).__name__, str(exc)[:200], FIX_NAME)
+
+
+def _probe_config():
+    """Tiny configs of the two layer kinds generate does not allocate ahead (short convolution, latent attention)."""
+    from transformers import DeepseekV3Config, Lfm2Config
+
+    conv = Lfm2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, layer_types=["conv", "full_attention"])
+    latent = DeepseekV3Config(vocab_size=32, hidden_size=16, intermediate_size=32, moe_intermediate_size=8,
+                              num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                              kv_lora_rank=8, q_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=4,
+                              v_head_dim=4, first_k_dense_replace=1)
+    return conv, latent
+
+
+def _generate_leaves_layers_unallocated() -> bool:
+    from transformers.generation.utils import GenerationMixin
+
+    prepare = original(GenerationMixin, "_prepare_static_cache")  # upstream's, also once patched
+    for config in _probe_config():
+        probe = types.SimpleNamespace(config=config, dtype=torch.float32, device=torch.device("cpu"))
+        probe._get_static_cache_init_shape = types.MethodType(GenerationMixin._get_static_cache_init_shape, probe)
+        cache = prepare(probe, "static", batch_size=1, max_cache_len=8, prefill_chunk_size=4, model_kwargs={})
+        if unallocated_layers(cache):
+            return True
+    return False
+
+
+@fix(FIX_NAME, "transformers", _generate_leaves_layers_unallocated, waits_for="transformers.generation.utils")
+def patch_allocate_every_layer() -> None:
+    """Generate's static cache leaves linear-attention and latent-attention layers to the first
+    compiled prefill chunk, which then compiles separate first-chunk graphs (3 to 6 graphs per batch
+    size where 2 are promised).
+
+    Detected by preparing generate's static cache for a chunked prefill of a tiny short-convolution
+    (LFM2) and a tiny latent-attention (DeepSeek V3) config and finding layers without state.
+    Patch: after the cache is prepared, the first forward's allocations are measured on fake
+    tensors and made ahead as zeros; linear-attention states count as previous states (see the
+    module docstring).
+    """
+    from transformers.generation.utils import GenerationMixin
+
+    wrap(FIX_NAME, GenerationMixin, "_prepare_static_cache", _allocate_every_layer)

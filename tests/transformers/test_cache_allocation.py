@@ -1,0 +1,99 @@
+"""Linear-attention and latent-attention caches are allocated before generation's first compiled
+forward, so generate compiles 2 graphs (one prefill chunk, one decode step) with the CPU tokens."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from transformers import StaticCache
+
+from hf_neuron.patching import get_fix, upstream_behaviour
+from hf_neuron.simulator import graph_log
+from hf_neuron.testing.generation_workload import generate_batches, workload_prompts
+from hf_neuron.testing.tiny_models import build_model
+from hf_neuron.transformers import cache_allocation
+from hf_neuron.transformers.cache_allocation import FIX_NAME
+
+SIZES = {"max_cache_len": 64, "prefill_chunk_size": 16}
+# One and two 16-token chunks (remainders 7 and 4): the first chunk, a later one, decode.
+LENGTHS = (7, 20)
+
+
+def _graphs_and_tokens(model, prompts):
+    torch._dynamo.reset()
+    with graph_log.count_graphs() as graphs:
+        tokens = generate_batches(model, prompts, 1, max_new_tokens=3, **SIZES)
+    return graphs.count, tokens
+
+
+@pytest.mark.parametrize("model_type", [
+    "qwen3_5",  # gated delta net layers (convolution and recurrent state) between full attention layers
+    "minicpm3",  # latent attention: keys and values of different sizes
+])
+def test_generate_compiles_two_graphs_with_the_cpu_tokens(model_type, fresh_dynamo):
+    model = build_model(model_type).eval()
+    prompts = workload_prompts(model.config.get_text_config().vocab_size, LENGTHS)
+    expected = generate_batches(model, prompts, 1, max_new_tokens=3)  # CPU, eager, dynamic cache
+    model.to("neuron")
+
+    with upstream_behaviour(FIX_NAME):
+        without, _ = _graphs_and_tokens(model, prompts)
+    count, tokens = _graphs_and_tokens(model, prompts)
+
+    assert without > 2
+    assert count == 2
+    for got, want in zip(tokens, expected):
+        assert torch.equal(got, want)
+
+
+def test_measuring_leaves_the_cache_untouched():
+    """The fake forward writes into a copy: the real cache's lengths and states stay as they were."""
+    model = build_model("qwen3_5").eval()
+    cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=32)
+    attention = next(i for i, layer in enumerate(cache.layers) if hasattr(layer, "keys"))
+    cache.layers[attention].lazy_initialization(torch.zeros(2, 2, 0, 16), torch.zeros(2, 2, 0, 16))
+    pending = cache_allocation.unallocated_layers(cache)
+
+    measured = cache_allocation.measure_first_forward_states(model, cache, batch_size=2, seq_len=16)
+
+    assert int(cache.layers[attention].cumulative_length) == 0
+    assert not cache.layers[attention].keys.any()
+    assert cache_allocation.unallocated_layers(cache) == pending
+    assert sorted(measured) == pending
+    conv_shape, _ = measured[pending[0]]["conv"][0]
+    assert conv_shape[0] == 2
+
+    cache_allocation.allocate_measured_states(cache, measured, torch.device("cpu"))
+    assert cache_allocation.unallocated_layers(cache) == []
+    assert cache.layers[pending[0]].has_previous_state[0] is True
+
+
+def test_a_model_the_fake_forward_cannot_run_keeps_lazy_allocation(monkeypatch, caplog, fresh_dynamo):
+    """It still generates the CPU tokens (more graphs), and says so once."""
+    model = build_model("lfm2").eval()
+    prompts = workload_prompts(model.config.vocab_size, (7, 20))
+    expected = generate_batches(model, prompts, 1, max_new_tokens=3)
+    model.to("neuron")
+
+    def cannot(*args, **kwargs):
+        raise RuntimeError("no fake kernel for this op")
+
+    monkeypatch.setattr(cache_allocation, "measure_first_forward_states", cannot)
+    monkeypatch.setattr(cache_allocation, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger=cache_allocation.__name__):
+        _, tokens = _graphs_and_tokens(model, prompts)
+
+    for got, want in zip(tokens, expected):
+        assert torch.equal(got, want)
+    warnings = [r.getMessage() for r in caplog.records if "could not measure" in r.getMessage()]
+    assert len(warnings) == 1 and "Lfm2ForCausalLM" in warnings[0] and FIX_NAME in warnings[0]
+
+
+def test_detection_sees_the_gap_on_the_installed_release():
+    from hf_neuron.transformers import import_fix_targets
+
+    import_fix_targets()
+    assert get_fix(FIX_NAME).active, get_fix(FIX_NAME).reason
+    assert cache_allocation._generate_leaves_layers_unallocated() is True
