@@ -197,12 +197,18 @@ def _allocate_every_layer(original, self, cache_implementation, batch_size, max_
             or (getattr(self, "_tp_size", None) or 1) > 1
             or len(set(getattr(self, "hf_device_map", {"": 0}).values())) > 1):
         return cache
-    try:
-        measured = measure_first_forward_states(self, cache, batch_size, prefill_chunk_size)
-    except Exception as exc:  # noqa: BLE001 - a model the fake forward cannot run keeps lazy allocation
-        _warn_lazy(type(self).__name__, exc)
-        return cache
-    allocate_measured_states(cache, measured, self.device)
+    # Measured once per cache layout: every generate call prepares a new cache of the same shapes.
+    key = (batch_size, cache.get_max_length(), prefill_chunk_size, self.dtype, str(self.device),
+           tuple(unallocated_layers(cache)))
+    memo = self.__dict__.setdefault("_hf_neuron_cache_states", {})
+    if key not in memo:
+        try:
+            memo[key] = measure_first_forward_states(self, cache, batch_size, prefill_chunk_size)
+        except Exception as exc:  # noqa: BLE001 - a model the fake forward cannot run keeps lazy allocation
+            memo[key] = None
+            _warn_lazy(type(self).__name__, exc)
+    if memo[key] is not None:
+        allocate_measured_states(cache, memo[key], self.device)
     return cache
 
 

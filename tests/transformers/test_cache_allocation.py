@@ -32,11 +32,14 @@ def _graphs_and_tokens(model, prompts):
     "qwen3_5",  # gated delta net layers (convolution and recurrent state) between full attention layers
     "minicpm3",  # latent attention: keys and values of different sizes
 ])
-def test_generate_compiles_two_graphs_with_the_cpu_tokens(model_type, fresh_dynamo):
+def test_generate_compiles_two_graphs_with_the_cpu_tokens(model_type, fresh_dynamo, monkeypatch):
     model = build_model(model_type).eval()
     prompts = workload_prompts(model.config.get_text_config().vocab_size, LENGTHS)
     expected = generate_batches(model, prompts, 1, max_new_tokens=3)  # CPU, eager, dynamic cache
     model.to("neuron")
+    measure, measured = cache_allocation.measure_first_forward_states, []
+    monkeypatch.setattr(cache_allocation, "measure_first_forward_states",
+                        lambda *args, **kwargs: measured.append(args[2:]) or measure(*args, **kwargs))
 
     with upstream_behaviour(FIX_NAME):
         without, _ = _graphs_and_tokens(model, prompts)
@@ -44,6 +47,7 @@ def test_generate_compiles_two_graphs_with_the_cpu_tokens(model_type, fresh_dyna
 
     assert without > 2
     assert count == 2
+    assert measured == [(1, SIZES["prefill_chunk_size"])]  # once for both prompts: same cache layout
     for got, want in zip(tokens, expected):
         assert torch.equal(got, want)
 
