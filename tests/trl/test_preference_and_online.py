@@ -31,7 +31,7 @@ def preference_file(tmp_path_factory):
     rng = random.Random(0)
     path = tmp_path_factory.mktemp("preference") / "pairs.jsonl"
     with open(path, "w") as f:
-        for _ in range(21):  # batches of 2 pairs: the last batch of an epoch has one
+        for _ in range(5):  # batches of 2 pairs: the last batch of an epoch has one
             f.write(json.dumps({
                 "prompt": [{"role": "user", "content": _text(rng, 3, 20)}],
                 "chosen": [{"role": "assistant", "content": _text(rng, 3, 20)}],
