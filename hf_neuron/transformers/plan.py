@@ -275,25 +275,37 @@ def _fresh_dynamo():
         torch._dynamo.reset()
 
 
-def _static_cache(model, batch_size: int, max_cache_len: int):
+def _static_cache(model, batch_size: int, max_cache_len: int, chunk: int):
     """The static cache ``generate`` allocates for a compiled chunked prefill, on the meta device."""
     from transformers import StaticCache
 
+    from hf_neuron.patching import get_fix
+    from hf_neuron.transformers import cache_allocation
+
     cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=max_cache_len)
     shape = model._get_static_cache_init_shape() if hasattr(model, "_get_static_cache_init_shape") else None
+    meta = torch.device("meta")
     if shape is not None:
         cache.early_initialization(batch_size=batch_size, num_heads=shape[0], head_dim=shape[1],
-                                   dtype=model.dtype, device=torch.device("meta"))
+                                   dtype=model.dtype, device=meta)
+    # What hf_neuron's cache allocation adds ahead of the first forward (linear- and latent-attention
+    # states), measured the same way; left lazy (as generate then does) when it cannot be measured.
+    if get_fix(cache_allocation.FIX_NAME).active and cache_allocation.unallocated_layers(cache):
+        try:
+            measured = cache_allocation.measure_first_forward_states(model, cache, batch_size, chunk)
+        except Exception:  # noqa: BLE001
+            return cache
+        cache_allocation.allocate_measured_states(cache, measured, meta)
     return cache
 
 
 def _cache_bytes(cache) -> int:
     total = 0
     for layer in getattr(cache, "layers", ()):
-        for name in ("keys", "values"):
-            value = getattr(layer, name, None)
-            if isinstance(value, torch.Tensor):
-                total += _storage_bytes(value)
+        tensors = [getattr(layer, name, None) for name in ("keys", "values", "indexer_keys")]
+        for name in ("conv_states", "recurrent_states"):
+            tensors += list((getattr(layer, name, None) or {}).values())
+        total += sum(_storage_bytes(t) for t in tensors if isinstance(t, torch.Tensor))
     return total
 
 
@@ -386,7 +398,7 @@ def plan_generation(
     untraced = None
     with _fresh_dynamo():
         for batch in sizes:
-            cache = _static_cache(model, batch, cache_len)
+            cache = _static_cache(model, batch, cache_len, chunk)
             memory.kv_cache = max(memory.kv_cache, math.ceil(_cache_bytes(cache) / tp))
             try:
                 prefill, decode, peak = _trace_generation(model, cache, batch, chunk)

@@ -57,6 +57,25 @@ def test_generation_plan_equals_the_graph_log_and_the_measured_memory(arch, tmp_
     assert arch == "mistral" or plan.memory.activations
 
 
+@pytest.mark.parametrize("arch", ["qwen3_5", "minicpm3"])  # linear-attention states; latent attention
+def test_cache_memory_is_the_cache_generate_allocates(arch, tmp_path, fresh_dynamo, monkeypatch):
+    """States that Transformers leaves to the first forward (and hf_neuron allocates ahead) are counted."""
+    from transformers.generation.utils import GenerationMixin
+
+    from hf_neuron.transformers.plan import _cache_bytes
+
+    path = save_tiny_model(arch, tmp_path / arch)
+    plan = plan_generation(path, [2], 64, 16)
+    model = build_model(arch).to("neuron")
+    prepare, caches = GenerationMixin._prepare_static_cache, []
+    monkeypatch.setattr(GenerationMixin, "_prepare_static_cache",
+                        lambda self, *a, **k: caches.append(prepare(self, *a, **k)) or caches[-1])
+    prompt = torch.randint(3, 100, (2, 7))
+    model.generate(prompt.to("neuron"), attention_mask=torch.ones_like(prompt).to("neuron"), max_new_tokens=1,
+                   do_sample=False, max_cache_len=64, prefill_chunk_size=16)
+    assert plan.memory.kv_cache == _cache_bytes(caches[0]) > 0
+
+
 def test_sft_packed_plan_equals_the_graph_log(tmp_path, fresh_dynamo):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
