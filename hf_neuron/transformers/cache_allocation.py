@@ -94,6 +94,31 @@ def _copy_for_probe(cache, fake_mode):
     return probe
 
 
+def _module_tensors(model) -> list[tuple[torch.nn.Module, dict]]:
+    """Each module's tensor attributes and buffers (references, no copies)."""
+    saved = []
+    for module in model.modules():
+        plain = {name: value for name, value in vars(module).items() if isinstance(value, torch.Tensor)}
+        saved.append((module, {"plain": plain, "buffers": dict(module._buffers)}))
+    return saved
+
+
+def _restore_module_tensors(model, saved) -> None:
+    """Undo what a forward stored on the model (a lazily built table would otherwise stay a fake tensor)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    for module, before in saved:
+        for name, value in list(vars(module).items()):
+            if isinstance(value, FakeTensor):
+                if name in before["plain"]:
+                    setattr(module, name, before["plain"][name])
+                else:
+                    delattr(module, name)
+        for name, value in list(module._buffers.items()):
+            if isinstance(value, FakeTensor):
+                module._buffers[name] = before["buffers"].get(name)
+
+
 class _GroupedMatmulAnyDtype(torch.overrides.TorchFunctionMode):
     """Lets grouped matmuls of any dtype through the fake forward (shapes only).
 
@@ -125,10 +150,14 @@ def measure_first_forward_states(model, cache, batch_size: int, seq_len: int) ->
 
     pending = unallocated_layers(cache)
     device = model.device
-    with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True) as fake_mode, _GroupedMatmulAnyDtype():
-        probe = _copy_for_probe(cache, fake_mode)
-        ids = torch.zeros((batch_size, seq_len), dtype=torch.long, device=device)
-        model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **{cache_keyword(): probe})
+    saved = _module_tensors(model)
+    try:
+        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True) as fake_mode, _GroupedMatmulAnyDtype():
+            probe = _copy_for_probe(cache, fake_mode)
+            ids = torch.zeros((batch_size, seq_len), dtype=torch.long, device=device)
+            model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **{cache_keyword(): probe})
+    finally:
+        _restore_module_tensors(model, saved)
 
     def like(tensor):
         return (tuple(tensor.shape), tensor.dtype) if isinstance(tensor, torch.Tensor) else None

@@ -4,6 +4,7 @@ forward, so generate compiles 2 graphs (one prefill chunk, one decode step) with
 from __future__ import annotations
 
 import logging
+import types
 
 import pytest
 import torch
@@ -72,6 +73,30 @@ def test_measuring_leaves_the_cache_untouched():
     cache_allocation.allocate_measured_states(cache, measured, torch.device("cpu"))
     assert cache_allocation.unallocated_layers(cache) == []
     assert cache.layers[pending[0]].has_previous_state[0] is True
+
+
+class _TableOnFirstForward(torch.nn.Module):
+    """Stores tensors on itself during a forward, as a lazily built rotary table does."""
+
+    device = torch.device("cpu")
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("steps", torch.zeros(()))
+        self.scale = torch.ones(2)
+
+    def forward(self, input_ids, **kwargs):
+        self.table = torch.ones(input_ids.shape[1])
+        self.scale = self.scale * 2
+        self.steps = self.steps + 1
+
+
+def test_measuring_leaves_no_fake_tensor_on_the_model():
+    model = _TableOnFirstForward()
+    scale = model.scale
+    cache_allocation.measure_first_forward_states(model, types.SimpleNamespace(layers=[]), batch_size=1, seq_len=4)
+    assert not hasattr(model, "table")
+    assert model.scale is scale and int(model.steps) == 0
 
 
 def test_a_model_the_fake_forward_cannot_run_keeps_lazy_allocation(monkeypatch, caplog, fresh_dynamo):
