@@ -56,13 +56,18 @@ PROMISE_TESTS = (
 )
 #: Run on the newest releases only (node-id prefixes): the costliest tests of a promise file whose fix
 #: tests run here too. Four-rank variants of tests whose two-rank or one-process forms run here; the
-#: preference trainers' multi-epoch runs (GRPO's fix test runs here); the warm-up's fresh-process run.
+#: preference trainers' multi-epoch runs (GRPO's fix test runs here); the warm-up's fresh-process run;
+#: the SFT recipe's TP x FSDP2 layout (its TP=2 and the user script's one-process and FSDP2 runs stay here).
 NEWEST_ONLY = (
     "tests/transformers/test_tensor_parallel.py::test_tp_generation_matches_single_device[4]",
     "tests/transformers/test_warmup.py::test_concurrent_four_rank_warmup_loses_no_entry",
     "tests/transformers/test_warmup.py::test_fresh_process_on_a_warmed_or_imported_cache_records_no_miss",
     "tests/trl/test_preference_and_online.py::test_dpo_two_epochs_bounded_shapes_and_cpu_losses",
     "tests/trl/test_preference_and_online.py::test_other_trainers_train_compiled_with_bounded_graphs",
+    # every test of the recipe's TP x FSDP2 run (the run is shared, so all of them or none)
+    "tests/trl/test_user_recipe.py::test_two_epochs_with_one_batch_shape[recipe-tp2-fsdp2]",
+    "tests/trl/test_user_recipe.py::test_no_graph_compiled_after_the_first_epoch[recipe-tp2-fsdp2]",
+    "tests/trl/test_user_recipe.py::test_checkpoint_loads_on_cpu[recipe-tp2-fsdp2]",
 )
 
 
