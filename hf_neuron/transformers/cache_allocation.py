@@ -127,10 +127,13 @@ class _GroupedMatmulAnyDtype(torch.overrides.TorchFunctionMode):
     measured here, so the call is made in bfloat16 and its result cast back.
     """
 
+    # Looked up once: the mode sees every op of the forward.
+    _GROUPED = frozenset(f for f in (getattr(torch, "_grouped_mm", None),
+                                     getattr(torch.nn.functional, "grouped_mm", None)) if f is not None)
+
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
-        grouped = {getattr(torch, "_grouped_mm", None), getattr(torch.nn.functional, "grouped_mm", None)} - {None}
-        if func in grouped and len(args) >= 2 and args[0].dtype != torch.bfloat16:
+        if func in self._GROUPED and len(args) >= 2 and args[0].dtype != torch.bfloat16:
             dtype = args[0].dtype
             out = func(args[0].to(torch.bfloat16), args[1].to(torch.bfloat16), *args[2:], **kwargs)
             return out.to(dtype)
@@ -222,13 +225,13 @@ def _allocate_every_layer(original, self, cache_implementation, batch_size, max_
                      *args, **kwargs)
     # Upstream allocates ahead only for a compiled (chunked) prefill of a decoder on one device; a
     # sharded model's forward runs collectives, which have no fake form: both keep lazy allocation.
-    if (prefill_chunk_size is None or self.config.is_encoder_decoder or not unallocated_layers(cache)
+    pending = unallocated_layers(cache)
+    if (prefill_chunk_size is None or self.config.is_encoder_decoder or not pending
             or (getattr(self, "_tp_size", None) or 1) > 1
             or len(set(getattr(self, "hf_device_map", {"": 0}).values())) > 1):
         return cache
     # Measured once per cache layout: every generate call prepares a new cache of the same shapes.
-    key = (batch_size, cache.get_max_length(), prefill_chunk_size, self.dtype, str(self.device),
-           tuple(unallocated_layers(cache)))
+    key = (batch_size, cache.get_max_length(), prefill_chunk_size, self.dtype, str(self.device), tuple(pending))
     memo = self.__dict__.setdefault("_hf_neuron_cache_states", {})
     if key not in memo:
         try:
