@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: Distributions pinned to their declared lower bound (the ones the adapters patch or build on,
 #: and the test runner, whose behaviour the test suite depends on).
-PINNED = ("torch", "transformers", "trl", "diffusers", "peft", "accelerate", "datasets", "tokenizers", "pytest")
+PINNED = ("torch", "transformers", "trl", "diffusers", "peft", "accelerate", "datasets", "tokenizers", "pytest",
+          "pytest-xdist")
 #: The tests of the fixes and of the README's figures (placement, generation graphs, sliding window,
 #: TP generation, TRL padding and loading, diffusers plans, fix detection).
 PROMISE_TESTS = (
@@ -45,6 +46,7 @@ PROMISE_TESTS = (
     "tests/transformers/test_cache_dtype.py",
     "tests/transformers/test_cache_shapes.py",
     "tests/transformers/test_cache_allocation.py",
+    "tests/transformers/test_compiled_call.py",
     "tests/transformers/test_plan.py",
     "tests/transformers/test_warmup.py",
     "tests/trl/test_padding.py",
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PYTHONNOUSERSITE="1")
     print(f"oldest declared releases: {', '.join(f'{n} {v}' for n, v in sorted(pins.items()))}", flush=True)
     deselect = [f"--deselect={test}" for test in NEWEST_ONLY]
-    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *PROMISE_TESTS, *deselect, *args.pytest_args]
+    command = [str(python), "-m", "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider", *PROMISE_TESTS, *deselect, *args.pytest_args]
     return subprocess.run(command, cwd=ROOT, env=env).returncode
 
 

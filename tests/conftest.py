@@ -69,3 +69,12 @@ def scratch_modules(tmp_path, monkeypatch):
     yield write
     for name in names:
         sys.modules.pop(name, None)
+
+
+#: ``pytest -n auto`` runs at most this many workers: each holds Transformers, TRL and Diffusers
+#: (about 2 GiB) and the distributed tests start up to 4 processes of their own.
+MAX_AUTO_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config):
+    return max(1, min(os.cpu_count() or 1, MAX_AUTO_WORKERS))

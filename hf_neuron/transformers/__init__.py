@@ -6,6 +6,7 @@ Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies n
 
 - :mod:`.generation`: generate() compiles two graphs per (batch size, max_cache_len) and gets
   Neuron defaults (static cache, max_cache_len, prefill chunking, "neuron" compile config).
+- :mod:`.compiled_call`: generate compiles the forward of model types upstream leaves uncompiled (Llama 4).
 - :mod:`.recompile_limit`: generate keeps compiling past Dynamo's recompile limit of 8 graphs.
 - :mod:`.cache`: sliding-window static cache bookkeeping without a Python int guard.
 - :mod:`.cache_dtype`: a static cache takes the states of a mixed-precision forward.
@@ -38,7 +39,7 @@ from hf_neuron.transformers.warmup import WarmupReport, warmup
 # Modules whose import registers fixes (importing them does not import Transformers submodules).
 FIX_MODULES = (
     "generation", "cache", "placement", "loading", "tensor_parallel", "checkpointing", "training_batches", "evaluation",
-    "resume", "cache_dtype", "recompile_limit", "cache_shapes", "cache_allocation",
+    "resume", "cache_dtype", "compiled_call", "recompile_limit", "cache_shapes", "cache_allocation",
 )
 
 

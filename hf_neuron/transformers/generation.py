@@ -456,9 +456,15 @@ def generation_compiles(model) -> tuple[bool, str | None]:
     if not model._supports_default_dynamic_cache():
         return False, (f"{name} keeps its own generation state instead of a transformers Cache (recurrent or "
                        "convolutional state), so there is no static cache to compile with")
-    if not getattr(model, "_can_compile_fullgraph", False):
-        return False, f"{name} sets _can_compile_fullgraph=False, so generate keeps a dynamic cache and does not compile"
-    return True, None
+    if getattr(model, "_can_compile_fullgraph", False):
+        return True, None
+    # Upstream's flag is a hand-kept class-wide note, often stale: the forward itself is asked.
+    from hf_neuron.transformers.capture import forward_traces_whole
+
+    traces, why = forward_traces_whole(model)
+    if traces:
+        return True, None
+    return False, f"{name} sets _can_compile_fullgraph=False and {why}, so generate keeps a dynamic cache and does not compile"
 
 
 def _wants_default_static_cache(model, generation_config, kwargs) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from hf_neuron.transformers.capture import chunked_prefill_cache, generation_steps, step_inputs
 from hf_neuron.transformers.generation import DEFAULT_MAX_CACHE_LEN, generation_compiles, resolve_prefill_chunk_size
 
 #: TRL pads unpacked SFT batches to a multiple of this on Neuron (``pad_to_multiple_of="auto"``).
@@ -275,30 +276,6 @@ def _fresh_dynamo():
         torch._dynamo.reset()
 
 
-def _static_cache(model, batch_size: int, max_cache_len: int, chunk: int):
-    """The static cache ``generate`` allocates for a compiled chunked prefill, on the meta device."""
-    from transformers import StaticCache
-
-    from hf_neuron.patching import get_fix
-    from hf_neuron.transformers import cache_allocation
-
-    cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=max_cache_len)
-    shape = model._get_static_cache_init_shape() if hasattr(model, "_get_static_cache_init_shape") else None
-    meta = torch.device("meta")
-    if shape is not None:
-        cache.early_initialization(batch_size=batch_size, num_heads=shape[0], head_dim=shape[1],
-                                   dtype=model.dtype, device=meta)
-    # What hf_neuron's cache allocation adds ahead of the first forward (linear- and latent-attention
-    # states), measured the same way; left lazy (as generate then does) when it cannot be measured.
-    if get_fix(cache_allocation.FIX_NAME).active and cache_allocation.unallocated_layers(cache):
-        try:
-            measured = cache_allocation.measure_first_forward_states(model, cache, batch_size, chunk)
-        except Exception:  # noqa: BLE001
-            return cache
-        cache_allocation.allocate_measured_states(cache, measured, meta)
-    return cache
-
-
 def _cache_bytes(cache) -> int:
     total = 0
     for layer in getattr(cache, "layers", ()):
@@ -311,23 +288,13 @@ def _cache_bytes(cache) -> int:
 
 def _trace_generation(model, cache, batch_size: int, chunk: int) -> tuple[int, int, int]:
     """(prefill graphs, decode graphs, activation peak) of one batch size, traced on the meta device."""
-    from hf_neuron.transformers.generation import cache_keyword
-
     backend = _RecordingBackend()
     compiled = torch.compile(model, backend=backend, dynamic=False)
     counts = []
-    meta = torch.device("meta")
     with torch.no_grad():
-        for start, tokens in ((0, chunk), (chunk, 1)):
+        for start, tokens in generation_steps(chunk):
             before = backend.graphs
-            compiled(
-                input_ids=torch.zeros(batch_size, tokens, dtype=torch.long, device=meta),
-                attention_mask=torch.ones(batch_size, start + tokens, dtype=torch.long, device=meta),
-                cache_position=torch.arange(start, start + tokens, device=meta),
-                use_cache=True,
-                logits_to_keep=1,
-                **{cache_keyword(): cache},
-            )
+            compiled(**step_inputs(cache, batch_size, start, tokens, torch.device("meta")))
             counts.append(backend.graphs - before)
     return counts[0], counts[1], backend.peak
 
@@ -398,7 +365,7 @@ def plan_generation(
     untraced = None
     with _fresh_dynamo():
         for batch in sizes:
-            cache = _static_cache(model, batch, cache_len, chunk)
+            cache = chunked_prefill_cache(model, batch, cache_len, chunk, torch.device("meta"))
             memory.kv_cache = max(memory.kv_cache, math.ceil(_cache_bytes(cache) / tp))
             try:
                 prefill, decode, peak = _trace_generation(model, cache, batch, chunk)

@@ -43,7 +43,7 @@ def _user_set_the_limit() -> bool:
 
 def _compiled_call_with_room(original, self, compile_config):
     compiled = original(self, compile_config)
-    if (not model_on_neuron(self) or compiled is self.__call__ or getattr(compiled, _MARK, False)
+    if (not model_on_neuron(self) or compiled == self.__call__ or getattr(compiled, _MARK, False)
             or _user_set_the_limit()):
         return compiled
     # The config the compiled call was built with (a model class may build its own without recording it).

@@ -39,6 +39,8 @@ COVERAGE = {
     "trainer-resume-sharded-models": "trl/test_resume_training.py::test_upstream_cannot_checkpoint_a_sharded_run",
     "static-cache-mixed-precision": "transformers/test_cache_dtype.py::test_upstream_rejects_them",
     "static-cache-falcon-kv-heads": "transformers/test_cache_shapes.py::test_falcon_generates_the_cpu_tokens_on_neuron",
+    "generate-compiles-every-model-type":
+        "transformers/test_compiled_call.py::test_llama4_generation_compiles_two_graphs_with_the_cpu_tokens",
     "static-cache-allocate-every-layer":
         "transformers/test_cache_allocation.py::test_generate_compiles_two_graphs_with_the_cpu_tokens",
     "trl.atomic_checkpoints": "trl/test_checkpoints.py::test_upstream_leaves_a_partial_checkpoint",

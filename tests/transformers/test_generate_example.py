@@ -26,7 +26,7 @@ def _run(command, model_dir):
 def test_two_processes_print_the_single_process_text(tmp_path):
     model_dir = save_tiny_model("qwen3", tmp_path / "qwen3")
     single = _run([sys.executable], model_dir)
-    parallel = _run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"], model_dir)
+    parallel = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"], model_dir)
     assert single.count("### ") == 2
     assert parallel == single
 

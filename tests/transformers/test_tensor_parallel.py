@@ -48,7 +48,7 @@ def _single_device_tokens(path):
 def test_tp_generation_matches_single_device(tiny_dirs, tp_size, tmp_path):
     out, log = tmp_path / "tokens.json", tmp_path / "graphs.jsonl"
     env = dict(os.environ, HF_NEURON_SIMULATOR="1", HF_NEURON_GRAPH_LOG=str(log), OMP_NUM_THREADS="1")
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={tp_size}", str(WORKER), str(out)]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={tp_size}", str(WORKER), str(out)]
     result = subprocess.run([*command, *tiny_dirs], env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-4000:]
     tokens = json.loads(out.read_text())
