@@ -47,6 +47,7 @@ PROMISE_TESTS = (
     "tests/transformers/test_cache_shapes.py",
     "tests/transformers/test_cache_allocation.py",
     "tests/transformers/test_compiled_call.py",
+    "tests/transformers/test_capture.py",
     "tests/transformers/test_plan.py",
     "tests/transformers/test_warmup.py",
     "tests/trl/test_padding.py",
