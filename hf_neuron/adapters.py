@@ -51,7 +51,14 @@ def _activate(library: str):
 
 def activate(library: str) -> None:
     """Declare the fixes of ``library``'s adapter and apply those whose gap exists (idempotent)."""
-    importlib.import_module(ADAPTERS[library]).register()
+    adapter = ADAPTERS[library]
+    if adapter in sys.modules:
+        # Already imported, or being imported: the library's import can happen inside the adapter's own
+        # (``from hf_neuron.transformers import ...`` imports torch, whose device autoload gets here).
+        # Then the fixes are declared once the adapter's body has finished.
+        when_imported(adapter, lambda module: (module.register(), apply_fixes(library)))
+        return
+    importlib.import_module(adapter).register()
     apply_fixes(library)
 
 

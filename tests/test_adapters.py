@@ -135,3 +135,20 @@ def test_without_a_neuron_device_every_patched_attribute_is_upstream():
 
     _, disabled_stderr = _run(WITHOUT_DEVICE, request, HF_NEURON_SIMULATOR="0", HF_NEURON_DISABLE="1")
     assert bare_stderr == disabled_stderr  # nothing printed by hf_neuron
+
+
+ADAPTER_IMPORTED_FIRST = textwrap.dedent(
+    """
+    import json
+    import transformers  # imports no torch yet: the adapter's own import does, and torch's device autoload
+    from hf_neuron.transformers import import_fix_targets  # activates the adapter inside that import
+    import_fix_targets()
+    from hf_neuron.patching import all_fixes
+    print("RESULT " + json.dumps(sorted(f.name for f in all_fixes() if f.library == "transformers" and not f.active)))
+    """
+)
+
+
+def test_the_adapter_imported_before_torch_still_applies_its_fixes():
+    inactive, _ = _run(ADAPTER_IMPORTED_FIRST, HF_NEURON_SIMULATOR="1")
+    assert inactive == []

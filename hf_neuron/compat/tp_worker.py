@@ -39,9 +39,7 @@ def _device_for_rank(device: str, local_rank: int) -> str:
 
 def run_tp(spec: ArchSpec, device: str, workdir: Path, world: int) -> dict:
     import torch
-    from transformers import DistributedConfig
 
-    from hf_neuron.compat.levels import LevelFailure, describe_exception
     from hf_neuron.testing import tiny_models
 
     model_dir = workdir / spec.model_type
@@ -51,7 +49,17 @@ def run_tp(spec: ArchSpec, device: str, workdir: Path, world: int) -> dict:
         tiny_models.save_tiny_model(spec.model_type, model_dir, seed=0)
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
-    cls = tiny_models.model_class_for(spec.model_type)
+    return compare_with_single_device(model_dir, tiny_models.model_class_for(spec.model_type), device, world)
+
+
+def compare_with_single_device(model_dir: Path, cls, device: str, world: int) -> dict:
+    """Load ``model_dir`` alone on ``device`` and sharded over ``world`` ranks: logits and greedy tokens
+    must match (raises :class:`~hf_neuron.compat.levels.LevelFailure` otherwise). Returns the details."""
+    import torch
+    from transformers import DistributedConfig
+
+    from hf_neuron.compat.levels import LevelFailure, describe_exception
+
     single = cls.from_pretrained(model_dir, dtype=torch.float32, device_map=device).eval()
     try:
         sharded = cls.from_pretrained(model_dir, dtype=torch.float32,
@@ -70,7 +78,7 @@ def run_tp(spec: ArchSpec, device: str, workdir: Path, world: int) -> dict:
         out = (out.full_tensor() if hasattr(out, "full_tensor") else out).float().cpu()
         diff = (out - ref).abs().max().item()
         scale = ref.abs().max().item()
-        details = {"max_abs_diff": diff, "tp_size": world}
+        details = {"max_abs_diff": diff, "tp_size": world, "sharded_fraction": sharded_fraction(sharded)}
         if diff > TP_LOGITS_ATOL + TP_LOGITS_RTOL * scale:
             raise LevelFailure(f"TP={world} logits differ from single device: max abs diff {diff:.3g} "
                                f"(max |logit| {scale:.3g})")
@@ -84,6 +92,21 @@ def run_tp(spec: ArchSpec, device: str, workdir: Path, world: int) -> dict:
         raise LevelFailure(f"TP={world} greedy tokens differ from single device: {tokens} vs {ref_tokens}",
                            op="generate")
     return details
+
+
+def sharded_fraction(model) -> float:
+    """The fraction of the decoder layers' parameters that tensor parallelism splits over the ranks."""
+    import re
+
+    from torch.distributed.tensor import DTensor, Replicate
+
+    total = split = 0
+    for name, param in model.named_parameters():
+        if re.search(r"\.\d+\.", name):
+            total += param.numel()
+            if isinstance(param, DTensor) and any(p != Replicate() for p in param.placements):
+                split += param.numel()
+    return round(split / total, 3) if total else 0.0
 
 
 def run_fake(spec: ArchSpec) -> dict:

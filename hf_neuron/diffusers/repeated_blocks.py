@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from hf_neuron.diffusers.class_attributes import supply_class_attribute
+from hf_neuron.patching.class_attributes import supply_class_attribute
 from hf_neuron.diffusers.plan_registry import TRANSFORMERS_PACKAGE
 
 logger = logging.getLogger("hf_neuron")

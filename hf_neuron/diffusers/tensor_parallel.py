@@ -20,7 +20,7 @@ import weakref
 import torch
 
 from hf_neuron.diffusers import tp_plans  # noqa: F401  (fills PLANS)
-from hf_neuron.diffusers.class_attributes import supply_class_attribute
+from hf_neuron.patching.class_attributes import supply_class_attribute
 from hf_neuron.diffusers.plan_registry import PLANS, ClassPlan
 from hf_neuron.patching import fix, mark_closed, original, when_imported, wrap
 from hf_neuron.patching.sources import module_path

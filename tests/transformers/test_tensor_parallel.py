@@ -91,8 +91,8 @@ def test_upstream_accepts_heads_that_do_not_split():
 
 
 def test_architecture_without_plan_is_named():
-    with pytest.raises(ValueError, match="GPT2LMHeadModel` has no `tp_plan`"):
-        _meta_model("gpt2")._resolve_parallel_plans(DistributedConfig(tp_size=2))
+    with pytest.raises(ValueError, match="Mamba2ForCausalLM` has no `tp_plan`"):
+        _meta_model("mamba2")._resolve_parallel_plans(DistributedConfig(tp_size=2))
 
 
 def _embedding_mask_ops():

@@ -4,7 +4,7 @@ import importlib
 
 import pytest
 
-from hf_neuron.diffusers.class_attributes import supply_class_attribute
+from hf_neuron.patching.class_attributes import supply_class_attribute
 from hf_neuron.patching import APPLIED, CLOSED, apply_fixes, get_fix, upstream_behaviour
 from hf_neuron.patching.registry import scratch_registry
 

@@ -1,10 +1,11 @@
-"""The shape of every per-class diffusers fix: supply a class attribute that upstream leaves empty.
+"""The shape of every per-class fix: supply a class attribute that upstream leaves empty.
 
-diffusers reads configuration from class attributes (``_tp_plan`` for ``TensorParallelConfig``,
-``_repeated_blocks`` for ``compile_repeated_blocks``). For a class upstream ships without one,
-hf_neuron sets ours when the class's module is imported — only while upstream's value is empty, so a
-value a later diffusers release ships wins. Detection reads the class body without importing the
-module (75 transformer modules would cost seconds at ``import diffusers``).
+diffusers and Transformers read configuration from class attributes (diffusers: ``_tp_plan`` for
+``TensorParallelConfig``, ``_repeated_blocks`` for ``compile_repeated_blocks``; Transformers:
+``base_model_tp_plan`` on a configuration class for ``DistributedConfig(tp_size=...)``). For a class
+upstream ships without one, hf_neuron sets ours when the class's module is imported — only while
+upstream's value is empty, so a value a later release ships wins. Detection reads the class body
+without importing the module (75 diffusers transformer modules would cost seconds at import).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def supply_class_attribute(
     build: Callable[[], Any],
     gap: str,
     on_installed: Callable[[Any], None] | None = None,
+    *,
+    library: str = "diffusers",
 ) -> None:
     """Register the fix ``fix_name``: ``class_name.attribute = build()`` in ``module`` while upstream's is empty.
 
@@ -57,4 +60,4 @@ def supply_class_attribute(
         f"{gap}\n\nDetected from the class body (nothing assigned to {attribute}) and again on import: set "
         f"only while upstream's value is empty, so a value upstream ships later wins."
     )
-    fix(fix_name, "diffusers", detect)(apply)
+    fix(fix_name, library, detect)(apply)
