@@ -39,7 +39,7 @@ PROMISE_TESTS = (
     "tests/transformers/test_generation_defaults.py",
     "tests/transformers/test_sliding_window_cache.py",
     "tests/transformers/test_tensor_parallel.py",
-    "tests/transformers/test_tp_plans.py",
+    "tests/transformers/test_model_tp_plans.py",
     "tests/transformers/test_optout.py",
     "tests/transformers/test_checkpointing.py",
     "tests/transformers/test_training_batches.py",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from hf_neuron.diffusers import tp_plans  # noqa: F401  (fills PLANS, whether or not diffusers is imported yet)
 from hf_neuron.diffusers.plan_registry import PLANS
 from hf_neuron.testing.tiny_diffusers import TINY
 

@@ -44,8 +44,8 @@ COVERAGE = {
     "static-cache-allocate-every-layer":
         "transformers/test_cache_allocation.py::test_generate_compiles_two_graphs_with_the_cpu_tokens",
     "transformers.tp_plan.*":
-        "transformers/test_tp_plans.py::test_without_the_plan_fix_the_architecture_cannot_be_sharded",
-    "tp-plan-support": "transformers/test_tp_plans.py::test_plans_alone_do_not_shard_correctly",
+        "transformers/test_model_tp_plans.py::test_without_the_plan_fix_the_architecture_cannot_be_sharded",
+    "tp-plan-support": "transformers/test_model_tp_plans.py::test_plans_alone_do_not_shard_correctly",
     "trl.atomic_checkpoints": "trl/test_checkpoints.py::test_upstream_leaves_a_partial_checkpoint",
     "trl.neuron_device_map": "trl/test_model_loading.py::test_upstream_default_rejects_tensor_parallel_loading",
     "trl.pad_to_multiple_of_auto": "trl/test_padding.py",

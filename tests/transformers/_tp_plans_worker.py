@@ -1,4 +1,4 @@
-"""torchrun worker of test_tp_plans.py: each tiny checkpoint given, sharded over the ranks, against one device.
+"""torchrun worker of test_model_tp_plans.py: each tiny checkpoint given, sharded over the ranks, against one device.
 
     torchrun --nproc_per_node=2 _tp_plans_worker.py OUT.json NAME=MODEL_DIR [NAME=MODEL_DIR ...]
 
