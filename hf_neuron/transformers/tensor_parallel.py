@@ -182,10 +182,6 @@ def kv_heads_whole(model) -> bool:
     return text_plan is not None and (text_plan.kv_replicated or getattr(model, "_hf_neuron_kv_whole", False))
 
 
-def installed_model_types() -> list[str]:
-    return sorted(p.model_type for p in _INSTALLED.values())
-
-
 def _register_plan_fix(text_plan) -> None:
     def installed(plan: dict) -> None:
         _INSTALLED[id(plan)] = text_plan
@@ -327,7 +323,6 @@ def patch_tp_plan_support() -> None:
     """
     from transformers.distributed import mixin
     from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES
-
     from transformers.generation.utils import GenerationMixin
 
     for name, style in build_styles().items():

@@ -111,18 +111,7 @@ def build_styles() -> dict:
             distribute_tensor(meta, mesh, [placement], src_data_rank=None), requires_grad=meta.requires_grad
         )
 
-    class _Local(TensorParallelLayer):
-        """Parameters are DTensors; the forward runs on their local shards (upstream's context does it)."""
-
-        def should_use_local_tensors(self, module):
-            return True
-
-        def transform_inputs_pre_forward(self, module, args, kwargs, mesh):
-            if args:
-                args = (_replicated_input(args[0]),) + tuple(args[1:])
-            return args, kwargs
-
-    class Colwise(_Local):
+    class Colwise(TensorParallelLayer):
         """Output features sharded; ``pieces`` > 1: the output is that many equal pieces, each sharded."""
 
         def __init__(self, weight_out_dim: int, pieces: int = 1):
@@ -144,7 +133,7 @@ def build_styles() -> dict:
             module.forward = forward
             return module
 
-    class Rowwise(_Local):
+    class Rowwise(TensorParallelLayer):
         """Input features sharded; the partial outputs are summed over the ranks, then the bias is added."""
 
         def __init__(self, weight_in_dim: int):
@@ -152,9 +141,6 @@ def build_styles() -> dict:
 
         def shard_param(self, module, param, mesh):
             _distribute(module, param, mesh, Replicate() if param == "bias" else Shard(self.weight_in_dim))
-
-        def transform_inputs_pre_forward(self, module, args, kwargs, mesh):
-            return args, kwargs  # the input is already this rank's slice (a colwise output)
 
         def install_forward(self, module, mesh):
             def forward(x):
@@ -167,7 +153,7 @@ def build_styles() -> dict:
             module.forward = forward
             return module
 
-    class QueryColwiseKvReplicated(_Local):
+    class QueryColwiseKvReplicated(TensorParallelLayer):
         """Fused ``[queries | key | value]`` with one key/value head: whole weight, local query rows."""
 
         def install_forward(self, module, mesh):
@@ -189,7 +175,7 @@ def build_styles() -> dict:
             module.forward = forward
             return module
 
-    class ShardedRMSNorm(_Local):
+    class ShardedRMSNorm(TensorParallelLayer):
         def shard_param(self, module, param, mesh):
             _distribute(module, param, mesh, Shard(0))
 
