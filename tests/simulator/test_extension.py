@@ -1,24 +1,34 @@
 """Building the simulator's C++ extension: an interrupted earlier build must not hang later ones."""
 
-import os
-import subprocess
-import sys
+from torch.utils import cpp_extension
 
 import hf_neuron.simulator._extension as ext
 
 
-def test_leftover_lock_of_an_interrupted_build_is_removed():
+def test_leftover_lock_of_an_interrupted_build_is_removed(tmp_path, monkeypatch, capsys):
     # torch's builder marks a build in progress with a `lock` file in the build folder; a build
     # killed midway (Ctrl-C during the first use) leaves it, and torch's own loader then waits for
-    # it forever. Loading must notice the leftover and go on.
-    ext.load()  # built, so the child only links against the cached build
-    leftover = ext._build_dir(ext._CSRC, "simulator") / "lock"
+    # it forever. Loading must notice the leftover before handing the folder to torch's builder.
+    # The folder is a private one: the shared build folder is loaded by other test processes at
+    # the same time, and any of them may remove the leftover first.
+    leftover = tmp_path / "lock"
     leftover.touch()
-    env = {k: v for k, v in os.environ.items() if k != "HF_NEURON_SIMULATOR"}
-    done = subprocess.run(
-        [sys.executable, "-c", "import hf_neuron.simulator._extension as e; e.load(); print('loaded')"],
-        capture_output=True, text=True, timeout=180, env=env)
-    assert done.returncode == 0, done.stderr
-    assert "loaded" in done.stdout
-    assert "left by an interrupted build" in done.stderr
-    assert not leftover.exists()
+    seen = {}
+
+    def builder(**kwargs):
+        seen["folder"] = kwargs["build_directory"]
+        seen["lock left"] = leftover.exists()
+        return "module"
+
+    monkeypatch.setattr(ext, "_build_dir", lambda csrc, kind: tmp_path)
+    monkeypatch.setattr(cpp_extension, "load", builder)
+    assert ext.build_and_load("m", ext._CSRC, ext._SOURCES, "simulator", None) == "module"
+    assert seen == {"folder": str(tmp_path), "lock left": False}
+    assert "left by an interrupted build" in capsys.readouterr().err
+
+
+def test_build_folder_without_leftover_is_left_alone(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(ext, "_build_dir", lambda csrc, kind: tmp_path)
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: "module")
+    assert ext.build_and_load("m", ext._CSRC, ext._SOURCES, "simulator", None) == "module"
+    assert "interrupted" not in capsys.readouterr().err
