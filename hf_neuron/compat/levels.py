@@ -258,7 +258,11 @@ class ArchRun:
                                op="save_tiny_model/from_pretrained")
         n_params = sum(p.numel() for p in self.cpu_model.parameters())
         tp_plan = bool(getattr(self.cpu_model, "supports_tp_plan", False))
-        return {"parameters": n_params, "tp_plan": tp_plan, "multimodal_text_only": self.spec.kind == KIND_MULTIMODAL}
+        details = {"parameters": n_params, "tp_plan": tp_plan, "multimodal_text_only": self.spec.kind == KIND_MULTIMODAL}
+        substitute = tiny_models.text_decoder_substitute(self.spec.model_type)
+        if substitute:
+            details["text_decoder_only"] = substitute[1]
+        return details
 
     # ---- L2: eager forward -----------------------------------------------------------------
     def level_l2(self) -> dict:

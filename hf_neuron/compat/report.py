@@ -140,6 +140,8 @@ def render_section(results: dict, chart_name: str | None, ranking=None) -> str:
     device = DEVICE_TITLES.get(results["device_kind"], results["device_kind"])
     untestable = [r["model_type"] for r in ranked if r.get("kind") == "remote_code"]
     multimodal = [r["model_type"] for r in ranked if r.get("kind") == "multimodal"]
+    text_decoders = [(r["model_type"], r["details"]["L1"]["text_decoder_only"]) for r in ranked
+                     if (r["details"].get("L1") or {}).get("text_decoder_only")]
     # Only single-prompt records (older files) can pass with more than 2 graphs; the strict L3 fails them.
     over2 = [f"`{r['model_type']}` ({r['graphs_compiled']['L3']})" for r in ranked
              if r["levels"].get("L3") == "pass" and (r["graphs_compiled"].get("L3") or 0) > 2
@@ -168,6 +170,8 @@ def render_section(results: dict, chart_name: str | None, ranking=None) -> str:
     if multimodal:
         notes.append(f"Tested through their multimodal class on text-only input: "
                      f"{', '.join('`' + n + '`' for n in multimodal)}.")
+    for name, why in text_decoders:
+        notes.append(f"`{name}`: {why}.")
     notes.append(f"For comparison: TorchNeuron's announcement claims {TORCHNEURON_CLAIM}% and "
                  f"{OPTIMUM_NEURON_CLAIM}% for optimum-neuron 0.4.5, method unpublished; optimum-neuron 0.4.5's "
                  f"text-generation registry holds {len(OPTIMUM_NEURON_045_TYPES)} model types, "

@@ -18,6 +18,7 @@ from .tiny.configs import (
     TinyModelError,
     check_model_type,
     known_model_types,
+    text_decoder_substitute,
     tiny_config,
 )
 from .tiny.factory import (
@@ -43,6 +44,7 @@ __all__ = [
     "known_model_types",
     "model_class_for",
     "save_tiny_model",
+    "text_decoder_substitute",
     "tiny_config",
     "tiny_model",
     "tokenizer_fingerprint",

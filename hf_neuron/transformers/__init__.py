@@ -12,6 +12,12 @@ Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies n
 - :mod:`.cache_dtype`: a static cache takes the states of a mixed-precision forward.
 - :mod:`.cache_shapes`: Falcon's static cache, allocated ahead, has Falcon's key/value head count.
 - :mod:`.cache_allocation`: linear- and latent-attention cache layers are allocated before the first compiled forward.
+- :mod:`.traced_cache_length`: forwards that read the static cache's length inside the graph (MPT's
+  ALiBi, Inkling's masks) compile into two graphs.
+- :mod:`.moe_dispatch`: DBRX's and LongCat-Flash's expert layers run upstream's static "batched_mm"
+  experts function on Neuron.
+- :mod:`.multimodal_merge`: multimodal models run on text zero their placeholder ids without a
+  boolean-mask write (Kimi-K2.5, Muse Glimmer).
 - :mod:`.placement`, :mod:`.loading`: ``device_map`` on neuron devices, synchronous loading.
 - :mod:`.tensor_parallel`: ``DistributedConfig(tp_size=N)`` generation that compiles on Neuron.
 - :mod:`.training_batches`: a Trainer's short last batch padded to the full batch size on Neuron.
@@ -40,6 +46,7 @@ from hf_neuron.transformers.warmup import WarmupReport, warmup
 FIX_MODULES = (
     "generation", "cache", "placement", "loading", "tensor_parallel", "checkpointing", "training_batches", "evaluation",
     "resume", "cache_dtype", "compiled_call", "recompile_limit", "cache_shapes", "cache_allocation",
+    "traced_cache_length", "moe_dispatch", "multimodal_merge",
 )
 
 

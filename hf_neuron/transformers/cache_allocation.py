@@ -150,17 +150,31 @@ def measure_first_forward_states(model, cache, batch_size: int, seq_len: int) ->
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from hf_neuron.transformers.generation import cache_keyword
+    from hf_neuron.transformers.traced_cache_length import generation_step_inputs
 
     pending = unallocated_layers(cache)
     device = model.device
-    saved = _module_tensors(model)
+
+    def plain_inputs():
+        ids = torch.zeros((batch_size, seq_len), dtype=torch.long, device=device)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "use_cache": True}
+
+    def first_forward(inputs=None):
+        saved = _module_tensors(model)
+        try:
+            with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True) as fake_mode, _GroupedMatmulAnyDtype():
+                probe = _copy_for_probe(cache, fake_mode)
+                model(**{**(inputs or plain_inputs()), cache_keyword(): probe})
+        finally:
+            _restore_module_tensors(model, saved)
+        return probe
+
     try:
-        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True) as fake_mode, _GroupedMatmulAnyDtype():
-            probe = _copy_for_probe(cache, fake_mode)
-            ids = torch.zeros((batch_size, seq_len), dtype=torch.long, device=device)
-            model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **{cache_keyword(): probe})
-    finally:
-        _restore_module_tensors(model, saved)
+        probe = first_forward()
+    except Exception:  # noqa: BLE001 - retried below with the masks generate builds
+        # A forward that builds its masks from the 2D mask inside may read the cache's length as a
+        # value (Inkling): give it the masks generate passes instead, built outside the forward.
+        probe = first_forward(generation_step_inputs(model, {**plain_inputs(), cache_keyword(): cache}, first=True))
 
     def like(tensor):
         return (tuple(tensor.shape), tensor.dtype) if isinstance(tensor, torch.Tensor) else None

@@ -98,6 +98,8 @@ def _first_line(exc: BaseException) -> str:
 def _trace_steps(model) -> tuple[bool, str | None]:
     import torch._dynamo
 
+    from hf_neuron.transformers.traced_cache_length import generation_step_inputs
+
     device = next(iter(model.parameters())).device
     try:
         cache = chunked_prefill_cache(model, 1, TRACE_CHUNK + 2, TRACE_CHUNK, device)
@@ -114,7 +116,7 @@ def _trace_steps(model) -> tuple[bool, str | None]:
         for start, tokens in generation_steps(TRACE_CHUNK):
             step = "prefill chunk" if tokens > 1 else "decode step"
             try:
-                traced(**step_inputs(cache, 1, start, tokens, device))
+                traced(**generation_step_inputs(model, step_inputs(cache, 1, start, tokens, device), first=start == 0))
             except Exception as exc:  # noqa: BLE001 - every failure to capture is the answer
                 if not _captured(exc):
                     return False, f"its {step} does not trace into one graph ({_first_line(exc)})"

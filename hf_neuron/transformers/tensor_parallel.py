@@ -8,6 +8,8 @@ accelerator; two gaps remain:
   ``_MaskPartial``, which zeroes out-of-shard token ids with boolean-mask assignments
   (``x[mask] = 0``). Inside a compiled graph that is ``aten.index_put`` with a boolean index, which
   needs ``nonzero`` and does not compile on Neuron: every tensor-parallel ``generate`` fails.
+- ``tp-embedding-read-replicated``: an embedding whose weight the model's own forward reads (Gemma 4's
+  multimodal forward takes the pad token's row) stays whole instead of vocabulary-sharded.
 - ``tp-plan-constraints``: an architecture without a TP plan, or with attention heads that do not
   divide by ``tp_size``, is either rejected late or sharded into half heads; we raise first, naming
   the architecture and the constraint.
@@ -21,6 +23,7 @@ And for the top-100 architectures upstream ships without a plan:
 
 from __future__ import annotations
 
+import inspect
 import re
 import weakref
 
@@ -157,6 +160,79 @@ def patch_tp_plan_constraints() -> None:
     from transformers.distributed.mixin import DistributedMixin
 
     wrap(PLAN_FIX, DistributedMixin, "_resolve_parallel_plans", _resolve_plans_checking_heads)
+
+
+# ------------------------------------------------------------------ embeddings read as weights
+
+READ_EMBEDDING_FIX = "tp-embedding-read-replicated"
+_AUTOMATIC_EMBEDDING_STYLE = "embedding_rowwise"
+_READS_EMBEDDING_WEIGHT = re.compile(r"\bembed_tokens\.weight\b")
+
+
+def _forward_reads_embedding_weight(model) -> bool:
+    """True when the forward of a module class in `model` reads ``embed_tokens.weight`` itself."""
+    for cls in {type(module) for module in model.modules()}:
+        try:
+            source = inspect.getsource(cls.forward)
+        except (OSError, TypeError):
+            continue
+        if _READS_EMBEDDING_WEIGHT.search(source):
+            return True
+    return False
+
+
+def _resolve_keeping_read_embeddings_whole(original, self, distributed_config, *args, **kwargs):
+    if distributed_config.tp_size > 1 and _forward_reads_embedding_weight(self):
+        chosen = distributed_config.tp_plan if isinstance(distributed_config.tp_plan, dict) else {}
+        whole = {name for name, style in self.tp_plan.items()
+                 if style == _AUTOMATIC_EMBEDDING_STYLE and name.rsplit(".", 1)[-1] == "embed_tokens"
+                 and name not in chosen}
+        # A head tied to a whole embedding shares its (whole) weight, so it cannot be sharded either.
+        for target, source in (getattr(self, "all_tied_weights_keys", None) or {}).items():
+            if source.removesuffix(".weight") in whole and target.removesuffix(".weight") not in chosen:
+                whole.add(target.removesuffix(".weight"))
+        self._tp_plan = {name: "replicate" if name in whole else style for name, style in self.tp_plan.items()}
+    return original(self, distributed_config, *args, **kwargs)
+
+
+def _embeddings_sharded_by_default() -> bool:
+    from transformers import LlamaConfig
+    from transformers.distributed.mixin import DistributedMixin
+
+    class _Probe(torch.nn.Module, DistributedMixin):
+        def __init__(self):
+            super().__init__()
+            self.config = LlamaConfig(vocab_size=16, hidden_size=8, num_attention_heads=2, num_key_value_heads=2)
+            self.embed_tokens = torch.nn.Embedding(16, 8)
+
+        @property
+        def base_model(self):
+            return self
+
+    probe = _Probe()
+    probe.init_parallel_plans()
+    return probe.tp_plan.get("embed_tokens") == _AUTOMATIC_EMBEDDING_STYLE
+
+
+@fix(READ_EMBEDDING_FIX, "transformers", _embeddings_sharded_by_default, waits_for="transformers.distributed.mixin")
+def patch_read_embeddings_replicated() -> None:
+    """A model whose forward reads its embedding weight cannot run with that weight vocabulary-sharded.
+
+    Gap: Transformers adds ``embed_tokens: "embedding_rowwise"`` to every base model's TP plan, which
+    turns the weight into a DTensor sharded over the vocabulary. The embedding's own forward handles
+    that, but code that indexes the weight directly does not: Gemma 4's multimodal forward builds its
+    per-layer inputs from ``embed_tokens.weight[pad_token_id]`` and ``torch.where`` then mixes that
+    DTensor with plain tensors and raises, so every tensor-parallel Gemma 4 forward fails. Detected by
+    letting the model mixin build the plans of a base model with a Llama configuration and an
+    embedding, and reading the embedding's style.
+    Patch: when a module class of the model reads ``embed_tokens.weight`` in its forward, the default
+    rule becomes ``"replicate"`` (each rank keeps the whole table), and so does the rule of an LM head
+    tied to it (it shares the weight); a style the user passes in
+    ``DistributedConfig(tp_plan=...)`` is kept.
+    """
+    from transformers.distributed.mixin import DistributedMixin
+
+    wrap(READ_EMBEDDING_FIX, DistributedMixin, "_resolve_parallel_plans", _resolve_keeping_read_embeddings_whole)
 
 
 # ------------------------------------------------------------------ hf_neuron's plans and styles

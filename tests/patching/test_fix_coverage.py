@@ -43,6 +43,20 @@ COVERAGE = {
         "transformers/test_compiled_call.py::test_llama4_generation_compiles_two_graphs_with_the_cpu_tokens",
     "static-cache-allocate-every-layer":
         "transformers/test_cache_allocation.py::test_generate_compiles_two_graphs_with_the_cpu_tokens",
+    "tp-embedding-read-replicated":
+        "transformers/test_tp_embedding_reads.py::test_gemma4_tp2_equals_one_device_only_with_the_fix",
+    "mpt-alibi-query-length": "transformers/test_traced_cache_length.py::test_mpt_generates_in_two_graphs",
+    "generate-cache-despite-config-use-cache-false":
+        "transformers/test_traced_cache_length.py::test_mpt_checkpoint_without_cache_generates_compiled",
+    "hybrid-sliding-generate-mask": "transformers/test_traced_cache_length.py::test_inkling_generates_in_two_graphs",
+    "static-sliding-window-mask-sizes-traced":
+        "transformers/test_traced_cache_length.py::test_inkling_generates_in_two_graphs",
+    "dbrx-experts-static-dispatch":
+        "transformers/test_moe_dispatch.py::test_generation_compiles_two_graphs_with_the_cpu_tokens",
+    "longcat-flash-experts-static-dispatch":
+        "transformers/test_moe_dispatch.py::test_generation_compiles_two_graphs_with_the_cpu_tokens",
+    "*-placeholder-ids-static-shape":
+        "transformers/test_multimodal_merge.py::test_generate_compiles_two_graphs_with_the_cpu_tokens",
     "transformers.tp_plan.*":
         "transformers/test_model_tp_plans.py::test_without_the_plan_fix_the_architecture_cannot_be_sharded",
     "tp-plan-support": "transformers/test_model_tp_plans.py::test_plans_alone_do_not_shard_correctly",

@@ -12,8 +12,14 @@ namespace {
 
 // The CPU choice depends only on metadata (shapes, strides, dtypes), so it is asked with meta
 // tensors: no data is touched, which also keeps it working under Dynamo's fake tensors.
+// The flag that a tensor requires grad is kept: CPU takes the math path for a mask that requires grad
+// (a learned bias), as its fused kernels have no derivative for the mask.
 at::Tensor as_meta(const at::Tensor& t) {
-  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::DeviceType::Meta));
+  auto meta = at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::DeviceType::Meta));
+  if (t.requires_grad()) {
+    meta.set_requires_grad(true);
+  }
+  return meta;
 }
 
 int64_t neuron_fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,

@@ -43,6 +43,30 @@ REMOTE_CODE_ONLY = {"kimi_k2": "Kimi-K2 ships its own modeling code (trust_remot
                                "DeepSeek-V3: use model_type 'deepseek_v3'."}
 
 
+# Types whose multimodal class needs a library that may be absent, and the text decoder built in its
+# place then: Gemma 3n's vision tower is a timm model, and timm needs torchvision, whose PyPI wheel
+# does not load beside the CPU torch build. The text decoder is what text generation runs.
+TEXT_DECODER_WITHOUT = {"gemma3n": ("gemma3n_text", "timm")}
+
+
+def text_decoder_substitute(model_type: str) -> tuple[str, str] | None:
+    """``(type built instead, why)`` when `model_type`'s full class cannot be built here, else None."""
+    import importlib.util
+
+    entry = TEXT_DECODER_WITHOUT.get(model_type)
+    if entry is None or importlib.util.find_spec(entry[1]) is not None:
+        return None
+    text_type, library = entry
+    return text_type, (f"its multimodal class needs {library}, which is not installed: built as its text "
+                       f"decoder ({text_type!r})")
+
+
+def built_type(model_type: str) -> str:
+    """The model type the factory builds for `model_type` (itself, or its text decoder's)."""
+    substitute = text_decoder_substitute(model_type)
+    return substitute[0] if substitute else model_type
+
+
 # Speculative-decoding draft models: their forward reads the target model's kv states, so they are no
 # standalone causal LM (and transformers cannot build them with every layer kv-shared).
 DRAFT_ONLY = {
@@ -597,6 +621,7 @@ def tiny_config(model_type: str, *, seed: int = 0, vocab_size: int | None = None
     keeps every kind of layer as far as the count allows.
     """
     check_model_type(model_type)
+    model_type = built_type(model_type)
     vocab_size = vocab_size or tok.VOCAB_SIZE
     table = dict(OVERRIDES.get(model_type, {}))
     for key, value in overrides.items():

@@ -8,7 +8,14 @@ import json
 import pathlib
 
 from . import tokenizer as tok
-from .configs import MULTIMODAL_TEXT_ONLY, TinyModelError, check_model_type, tiny_config
+from .configs import (
+    MULTIMODAL_TEXT_ONLY,
+    TinyModelError,
+    built_type,
+    check_model_type,
+    text_decoder_substitute,
+    tiny_config,
+)
 
 # A tiny model above this many parameters means the shrink missed a size: fail instead of
 # filling the disk and the CI budget.
@@ -25,6 +32,7 @@ def _class_name_for(model_type: str) -> str:
     )
 
     check_model_type(model_type)
+    model_type = built_type(model_type)
     if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
     return MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[model_type]
@@ -35,7 +43,8 @@ def model_class_for(model_type: str):
 
     That is the AutoModelForCausalLM class, except for the four types transformers ships only as
     multimodal classes (kimi_k25, mistral3, muse_glimmer, mistral4: see :func:`is_multimodal_text_only`),
-    which use their image-text-to-text class, text-only.
+    which use their image-text-to-text class, text-only, and the types whose multimodal class needs a
+    library that is not installed (Gemma 3n without timm), which use their text decoder's class.
     """
     import transformers
 
@@ -182,6 +191,7 @@ def write_checkpoint(model, config, out_dir, *, model_type: str, seed: int | Non
         "model_class": type(model).__name__,
         "auto_class": auto_class_for(model_type).__name__,
         "multimodal_text_only": is_multimodal_text_only(model_type),
+        "text_decoder_only": (text_decoder_substitute(model_type) or (None, None))[1],
         "seed": seed,
         "dtype": str(model.dtype).removeprefix("torch."),
         "parameters": sum(p.numel() for p in model.parameters()),
