@@ -75,6 +75,16 @@ def generate_batches(
     return new_tokens
 
 
+def generate_counting_graphs(model, prompts: list[torch.Tensor], batch_size: int, **generate_kwargs):
+    """``(graphs compiled, new tokens)`` of :func:`generate_batches` from a fresh Dynamo state."""
+    from hf_neuron.testing.graphs import count_graphs
+
+    torch._dynamo.reset()
+    with count_graphs() as graphs:
+        tokens = generate_batches(model, prompts, batch_size, **generate_kwargs)
+    return graphs.count, tokens
+
+
 def compiled_recipe(**overrides) -> dict:
     """The generate() arguments of the workload (static cache, cache length, chunk size)."""
     recipe = {

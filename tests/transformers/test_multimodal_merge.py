@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from hf_neuron.patching import get_fix, upstream_behaviour
-from hf_neuron.simulator import graph_log
-from hf_neuron.testing.generation_workload import generate_batches, workload_prompts
+from hf_neuron.testing.generation_workload import generate_batches, generate_counting_graphs, workload_prompts
 from hf_neuron.testing.tiny_models import build_model
 from hf_neuron.transformers import import_fix_targets, multimodal_merge
 
@@ -22,10 +21,7 @@ def fixes_applied():
 
 
 def _graphs_and_tokens(model, prompts):
-    torch._dynamo.reset()
-    with graph_log.count_graphs() as graphs:
-        tokens = generate_batches(model, prompts, 1, max_new_tokens=3, **SIZES)
-    return graphs.count, tokens
+    return generate_counting_graphs(model, prompts, 1, max_new_tokens=3, **SIZES)
 
 
 @pytest.mark.parametrize("model_type, fix_name", [

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from hf_neuron.patching import apply_fixes, get_fix, upstream_behaviour
-from hf_neuron.simulator import graph_log
-from hf_neuron.testing.generation_workload import generate_batches, workload_prompts
+from hf_neuron.testing.generation_workload import generate_batches, generate_counting_graphs, workload_prompts
 from hf_neuron.testing.tiny_models import build_model
 from hf_neuron.transformers import capture
 from hf_neuron.transformers.traced_cache_length import HYBRID_SLIDING_FIX, MASK_SIZES_FIX, MPT_FIX, USE_CACHE_FIX
@@ -32,12 +31,9 @@ def _models(model_type):
 
 
 def _graphs_and_tokens(model, prompts, **kwargs):
-    torch._dynamo.reset()
     # The measured cache states are kept per model; a run that could not measure them keeps None.
     model.__dict__.pop("_hf_neuron_cache_states", None)
-    with graph_log.count_graphs() as graphs:
-        tokens = generate_batches(model, prompts, 1, max_new_tokens=3, **kwargs)
-    return graphs.count, tokens
+    return generate_counting_graphs(model, prompts, 1, max_new_tokens=3, **kwargs)
 
 
 def _assert_cpu_tokens(tokens, expected):
