@@ -6,17 +6,21 @@ On Trainium (8 logical cores per process group here)::
 
 On the simulated device, with a tiny random pipeline built and saved locally::
 
-    python scripts/diffusers_tp_example.py --make-tiny /tmp/tiny-qwen-image
+    HF_NEURON_SIMULATOR=1 python scripts/diffusers_tp_example.py --make-tiny /tmp/tiny-qwen-image
     HF_NEURON_SIMULATOR=1 torchrun --nproc_per_node=2 scripts/diffusers_tp_example.py /tmp/tiny-qwen-image \\
-        --dtype float32 --height 32 --width 32 --steps 4 --out /tmp/image.png
+        --dtype float32 --height 32 --width 32 --steps 4 --images 2 --out /tmp/image.png
+
+The tiny pipeline is Qwen-Image-2.1's own: its text encoder's Qwen3-VL processor builds and loads without
+torchvision, which a Neuron host often lacks (hf_neuron's fix ``video-processor-without-torchvision``).
 
 The recipe: the transformer is loaded sharded (``from_pretrained(..., parallel_config=TensorParallelConfig(
 mesh=DeviceMesh("neuron", ...)))``, each rank reading only its slice), the VAE goes to the neuron device,
 the text encoder stays on CPU (``encode_prompt(..., device="cpu")``, embeddings then moved to the
 device), the transformer's repeated blocks are compiled (``compile_repeated_blocks(backend="neuron",
 fullgraph=True, dynamic=False)``) and every rank uses a CPU generator with the same seed. Rank 0
-saves the image. Any pipeline whose ``encode_prompt`` returns ``(prompt_embeds, prompt_embeds_mask,
-...)`` works the same way (Qwen-Image too, whose tiny text stack builds without torchvision).
+saves the image, and prints the graphs each image compiled: one per block structure and input shape
+for the first, none for the next (``--images 2``). Any pipeline whose ``encode_prompt`` returns
+``(prompt_embeds, prompt_embeds_mask, ...)`` works the same way (``--tiny-family qwenimage`` builds Qwen-Image).
 """
 
 from __future__ import annotations
@@ -43,22 +47,21 @@ def parse_args(argv=None):
     parser.add_argument("--vae-device", default="neuron", choices=("neuron", "cpu"),
                         help="where the VAE decodes (the recipe: neuron)")
     parser.add_argument("--make-tiny", metavar="DIR", help="build a tiny random pipeline, save it to DIR and exit")
-    parser.add_argument("--tiny-family", default=None, choices=("qwenimage21", "qwenimage"),
-                        help="tiny pipeline to build (default: qwenimage21 when torchvision is installed, which "
-                             "its Qwen3-VL processor needs, else qwenimage)")
+    parser.add_argument("--tiny-family", default="qwenimage21", choices=("qwenimage21", "qwenimage"),
+                        help="tiny pipeline to build with --make-tiny")
+    parser.add_argument("--images", type=int, default=1,
+                        help="images to draw with the same seed (rank 0 saves the last; each reports its graphs)")
     args = parser.parse_args(argv)
     if not args.make_tiny and not args.model:
         parser.error("give the pipeline directory (or --make-tiny DIR)")
+    if args.images < 1:
+        parser.error(f"--images must be at least 1, got {args.images}")
     return args
 
 
-def make_tiny(out_dir: str, family: str | None) -> None:
-    import importlib.util
-
+def make_tiny(out_dir: str, family: str) -> None:
     from hf_neuron.testing.tiny_pipelines import save_tiny_pipeline
 
-    if family is None:
-        family = "qwenimage21" if importlib.util.find_spec("torchvision") else "qwenimage"
     save_tiny_pipeline(family, out_dir)
     print(f"saved a tiny {family} pipeline to {out_dir}")
 
@@ -103,12 +106,18 @@ def main(argv=None) -> int:
     if not args.no_compile:
         pipe.transformer.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)
 
-    generator = torch.Generator("cpu").manual_seed(args.seed)  # the same noise on every rank
+    from hf_neuron.testing.graphs import count_graphs
+
     call = {"prompt_embeds": prompt_embeds, "prompt_embeds_mask": prompt_embeds_mask, "height": args.height,
-            "width": args.width, "num_inference_steps": args.steps, "generator": generator}
+            "width": args.width, "num_inference_steps": args.steps}
     if "true_cfg_scale" in pipe.__call__.__code__.co_varnames:
         call["true_cfg_scale"] = 1.0  # no negative prompt
-    image = pipe(**call).images[0]
+    for index in range(1, args.images + 1):
+        generator = torch.Generator("cpu").manual_seed(args.seed)  # the same noise on every rank and image
+        with count_graphs() as graphs:
+            image = pipe(**call, generator=generator).images[0]
+        if rank == 0:
+            print(f"image {index}: {graphs.count} graph(s) compiled", flush=True)
 
     if rank == 0:
         image.save(args.out)

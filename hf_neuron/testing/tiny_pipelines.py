@@ -55,12 +55,7 @@ def build_qwenimage21(seed: int = 0):
         QwenImage21Pipeline,
         QwenImage21Transformer2DModel,
     )
-    from transformers import (
-        Qwen2VLImageProcessor,
-        Qwen3VLConfig,
-        Qwen3VLForConditionalGeneration,
-        Qwen3VLProcessor,
-    )
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     z_dim, text_hidden = 8, 16
     torch.manual_seed(seed)
@@ -90,18 +85,46 @@ def build_qwenimage21(seed: int = 0):
     )
     torch.manual_seed(seed)
     text_encoder = Qwen3VLForConditionalGeneration(config).eval()
-    processor = Qwen3VLProcessor(
-        image_processor=Qwen2VLImageProcessor(
-            patch_size=16, merge_size=2, temporal_patch_size=2, min_pixels=32 * 32, max_pixels=64 * 64
-        ),
-        tokenizer=tokenizer,
-        video_processor=None,  # text-to-image only; the video processor would need torchvision
-        chat_template=tokenizer.chat_template,
-    )
     return QwenImage21Pipeline(
-        scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=text_encoder, processor=processor,
+        scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=text_encoder,
+        processor=build_qwen3vl_processor(tokenizer),
         transformer=transformer,
     )
+
+
+def build_qwen3vl_processor(tokenizer):
+    """Qwen-Image-2.1's text-stack processor (Qwen3-VL) over ``tokenizer``, for 32x32 to 64x64 images."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
+
+    image_processor = Qwen2VLImageProcessor(patch_size=16, merge_size=2, temporal_patch_size=2,
+                                            min_pixels=32 * 32, max_pixels=64 * 64)
+    return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                            video_processor=_qwen3vl_video_processor(), chat_template=tokenizer.chat_template)
+
+
+def _qwen3vl_video_processor():
+    """Qwen3-VL's video processor; where torchvision is missing (its class needs it), the stand-in
+    hf_neuron loads checkpoints' video processors with there, saved under the real class's name."""
+    from transformers.utils import is_torchvision_available
+
+    settings = {"patch_size": 16, "merge_size": 2, "temporal_patch_size": 2}
+    if is_torchvision_available():
+        from transformers import Qwen3VLVideoProcessor
+
+        return Qwen3VLVideoProcessor(**settings)
+    from hf_neuron.patching import APPLIED, get_fix
+    from hf_neuron.transformers.processors import FIX, video_processor_class
+
+    import transformers.processing_utils  # noqa: F401  (the fix is decided when this module is imported)
+
+    if get_fix(FIX).status != APPLIED:
+        raise RuntimeError(
+            "Qwen-Image-2.1's text processor (Qwen3-VL) needs torchvision, which is not importable here. "
+            f"hf_neuron's fix {FIX!r} builds it without torchvision on a neuron device only: run with "
+            "HF_NEURON_SIMULATOR=1 (the simulated device), or install a torchvision built for this torch."
+        )
+
+    return video_processor_class()(video_processor_type="Qwen3VLVideoProcessor", **settings)
 
 
 def _qwenimage21_embeds(pipe, prompt: str) -> dict:
@@ -113,8 +136,8 @@ def _qwenimage21_embeds(pipe, prompt: str) -> dict:
 
 
 def build_qwenimage(seed: int = 0):
-    """Qwen-Image (upstream TP plan), 32x32 images. Same recipe as 2.1; its text stack (Qwen2.5-VL +
-    tokenizer) builds without torchvision, which the Qwen3-VL processor of 2.1 needs."""
+    """Qwen-Image (upstream TP plan), 32x32 images: the recipe of 2.1 with a Qwen2.5-VL text encoder and
+    its tokenizer."""
     from diffusers import (
         AutoencoderKLQwenImage,
         FlowMatchEulerDiscreteScheduler,
@@ -220,22 +243,13 @@ class PipelineFamily:
     build: Callable[..., object]
     embeds: Callable[[object, str], dict]  # text encoder on CPU -> call kwargs
     call_kwargs: dict
-    requires: tuple[str, ...] = ()  # packages the tiny text stack needs
-    requires_why: str = ""  # what needs them
-
-    def missing_requirements(self) -> list[str]:
-        import importlib.util
-
-        return [name for name in self.requires if importlib.util.find_spec(name) is None]
 
 
 FAMILIES: dict[str, PipelineFamily] = {
     "qwenimage": PipelineFamily("qwenimage", build_qwenimage, _qwenimage_embeds,
                                 {"height": 32, "width": 32, "true_cfg_scale": 1.0}),
     "qwenimage21": PipelineFamily(
-        "qwenimage21", build_qwenimage21, _qwenimage21_embeds, {"height": 32, "width": 32}, requires=("torchvision",),
-        requires_why="Transformers cannot build its Qwen3VLProcessor without torchvision, even for text-only prompts",
-    ),
+        "qwenimage21", build_qwenimage21, _qwenimage21_embeds, {"height": 32, "width": 32}),
     "wan": PipelineFamily("wan", build_wan, _wan_embeds,
                           {"height": 16, "width": 16, "num_frames": 5, "guidance_scale": 1.0}),
     "chroma": PipelineFamily("chroma", build_chroma, _chroma_embeds,

@@ -57,6 +57,8 @@ COVERAGE = {
         "transformers/test_moe_dispatch.py::test_generation_compiles_two_graphs_with_the_cpu_tokens",
     "*-placeholder-ids-static-shape":
         "transformers/test_multimodal_merge.py::test_generate_compiles_two_graphs_with_the_cpu_tokens",
+    "video-processor-without-torchvision":
+        "transformers/test_processors.py::test_upstream_cannot_build_the_processor_without_torchvision",
     "transformers.tp_plan.*":
         "transformers/test_model_tp_plans.py::test_without_the_plan_fix_the_architecture_cannot_be_sharded",
     "tp-plan-support": "transformers/test_model_tp_plans.py::test_plans_alone_do_not_shard_correctly",
