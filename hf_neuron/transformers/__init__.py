@@ -46,7 +46,7 @@ from hf_neuron.transformers.warmup import WarmupReport, warmup
 FIX_MODULES = (
     "generation", "cache", "placement", "loading", "tensor_parallel", "checkpointing", "training_batches", "evaluation",
     "resume", "cache_dtype", "compiled_call", "recompile_limit", "cache_shapes", "cache_allocation",
-    "traced_cache_length", "moe_dispatch", "multimodal_merge", "processors",
+    "traced_cache_length", "moe_dispatch", "multimodal_merge", "processors", "tp_statistics",
 )
 
 

@@ -25,6 +25,13 @@ on the model's device, and marks each linear-attention state as a previous state
 convolution window and a zero recurrent state are exactly what the no-state path starts from (it
 pads the convolution with zeros and starts the recurrence from zero). Every chunk then takes the
 same path, and the prefill and decode graphs are the only two.
+
+A second fix here, ``static-cache-early-init-shapes-measured``, covers key/value layers that
+Transformers *does* allocate ahead, but from the config alone, while the attention module writes
+other shapes: MiMo-V2-Flash's sliding-window layers have twice the configured key/value heads, and
+its values a smaller head size (``v_head_dim``) than its keys. The first cache write then fails
+(``Sizes of tensors must match``). The same fake forward measures what each layer writes, and a
+layer allocated with other shapes is allocated again with the measured ones.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import torch
 from hf_neuron.patching import fix, original, wrap
 
 FIX_NAME = "static-cache-allocate-every-layer"
+SHAPES_FIX_NAME = "static-cache-early-init-shapes-measured"
 
 logger = logging.getLogger(__name__)
 
@@ -312,3 +320,115 @@ def patch_allocate_every_layer() -> None:
     from transformers.generation.utils import GenerationMixin
 
     wrap(FIX_NAME, GenerationMixin, "_prepare_static_cache", _allocate_every_layer)
+
+
+# ------------------------------------------------------------ early-initialised shapes, measured
+
+
+def _kv_layout(layer) -> tuple | None:
+    """``(key shape, value shape)`` of an allocated key/value layer, else None."""
+    if not _has_kv_part(layer) or not layer.is_initialized:
+        return None
+    keys, values = (getattr(layer, name, None) for name in _KV_NAMES)
+    if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+        return None
+    return tuple(keys.shape), tuple(values.shape)
+
+
+def _without_kv_allocation(cache, indices):
+    """A shallow twin of ``cache`` whose key/value layers at ``indices`` wait for their first write."""
+    twin = copy.copy(cache)
+    twin.layers = list(cache.layers)
+    for index in indices:
+        layer = copy.copy(cache.layers[index])
+        layer.is_initialized = False
+        for name in _KV_NAMES:
+            layer.__dict__.pop(name, None)
+        twin.layers[index] = layer
+    return twin
+
+
+def misallocated_layers(model, cache, batch_size: int, seq_len: int) -> dict[int, dict]:
+    """The allocated key/value layers of ``cache`` whose shapes differ from what the first forward of
+    ``seq_len`` tokens writes, with the measured states (as :func:`measure_first_forward_states`)."""
+    allocated = {index: layout for index, layer in enumerate(cache.layers)
+                 if (layout := _kv_layout(layer)) is not None}
+    if not allocated:
+        return {}
+    measured = measure_first_forward_states(model, _without_kv_allocation(cache, allocated), batch_size, seq_len)
+    wrong = {}
+    for index, (key_shape, value_shape) in allocated.items():
+        states = measured.get(index, {}).get("kv")
+        if states is None:
+            continue
+        (written_key, _), (written_value, _) = states
+        # Every dimension but the sequence one, which the cache sets to its own length.
+        if (key_shape[:-2], key_shape[-1]) != (written_key[:-2], written_key[-1]) or \
+                (value_shape[:-2], value_shape[-1]) != (written_value[:-2], written_value[-1]):
+            wrong[index] = {"kv": states}
+    return wrong
+
+
+def _reallocate_misallocated(original, self, cache_implementation, batch_size, max_cache_len, prefill_chunk_size,
+                             model_kwargs, *args, **kwargs):
+    cache = original(self, cache_implementation, batch_size, max_cache_len, prefill_chunk_size, model_kwargs,
+                     *args, **kwargs)
+    if (prefill_chunk_size is None or self.config.is_encoder_decoder
+            or (getattr(self, "_tp_size", None) or 1) > 1
+            or len(set(getattr(self, "hf_device_map", {"": 0}).values())) > 1
+            or not any(_kv_layout(layer) is not None for layer in getattr(cache, "layers", ()))):
+        return cache
+    key = (batch_size, cache.get_max_length(), prefill_chunk_size, self.dtype, str(self.device))
+    memo = self.__dict__.setdefault("_hf_neuron_cache_layouts", {})
+    if key not in memo:
+        try:
+            memo[key] = misallocated_layers(self, cache, batch_size, prefill_chunk_size)
+        except Exception:  # noqa: BLE001 - a model the fake forward cannot run keeps upstream's shapes
+            memo[key] = {}
+    for index, states in memo[key].items():
+        cache.layers[index].is_initialized = False
+        allocate_measured_states(cache, {index: states}, self.device)
+    return cache
+
+
+MIMO_MODULE = "transformers.models.mimo_v2_flash.modeling_mimo_v2_flash"
+
+
+def _tiny_mimo_v2_flash():
+    from transformers.models.mimo_v2_flash.modeling_mimo_v2_flash import MiMoV2FlashConfig, MiMoV2FlashForCausalLM
+
+    config = MiMoV2FlashConfig(vocab_size=32, hidden_size=16, intermediate_size=32, moe_intermediate_size=8,
+                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=8,
+                               v_head_dim=4, layer_types=["full_attention", "sliding_attention"],
+                               mlp_layer_types=["dense", "dense"], sliding_window=4)
+    torch.manual_seed(0)
+    return MiMoV2FlashForCausalLM(config).eval()
+
+
+def _early_init_shapes_differ_from_writes() -> bool:
+    from transformers.generation.utils import GenerationMixin
+
+    model = _tiny_mimo_v2_flash()
+
+    prepare = original(GenerationMixin, "_prepare_static_cache")  # upstream's, also once patched
+    cache = prepare(model, "static", batch_size=1, max_cache_len=8, prefill_chunk_size=4, model_kwargs={})
+    if not any(_kv_layout(layer) is not None for layer in cache.layers):
+        raise RuntimeError("generate no longer allocates a chunked-prefill static cache ahead of the first forward")
+    return bool(misallocated_layers(model, cache, batch_size=1, seq_len=4))
+
+
+# Decided when MiMo-V2-Flash's modeling module is imported: the only architecture known to write
+# other shapes than its config says (its tiny model is the detector's probe).
+@fix(SHAPES_FIX_NAME, "transformers", _early_init_shapes_differ_from_writes, waits_for=MIMO_MODULE)
+def patch_measure_early_init_shapes() -> None:
+    """Generate allocates a chunked prefill's static cache from the config's key/value heads and head
+    size, but MiMo-V2-Flash's sliding layers write twice the heads and values of a smaller head size:
+    its first compiled prefill chunk fails (``Sizes of tensors must match``).
+
+    Detected by preparing generate's static cache for a tiny MiMo-V2-Flash and measuring, on fake
+    tensors, what its first forward writes. Patch: a layer allocated with other shapes than its
+    first forward writes is allocated again with the measured shapes (measured once per cache layout).
+    """
+    from transformers.generation.utils import GenerationMixin
+
+    wrap(SHAPES_FIX_NAME, GenerationMixin, "_prepare_static_cache", _reallocate_misallocated)

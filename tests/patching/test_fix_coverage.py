@@ -43,6 +43,10 @@ COVERAGE = {
         "transformers/test_compiled_call.py::test_llama4_generation_compiles_two_graphs_with_the_cpu_tokens",
     "static-cache-allocate-every-layer":
         "transformers/test_cache_allocation.py::test_generate_compiles_two_graphs_with_the_cpu_tokens",
+    "static-cache-early-init-shapes-measured": "transformers/test_cache_allocation.py::"
+        "test_early_init_with_the_config_shapes_fails_and_measured_shapes_give_the_cpu_tokens",
+    "gemma3n-activation-sparsity-over-shards":
+        "transformers/test_tp_statistics.py::test_gemma3n_tp2_equals_one_device_only_with_the_fix",
     "tp-embedding-read-replicated":
         "transformers/test_tp_embedding_reads.py::test_gemma4_tp2_equals_one_device_only_with_the_fix",
     "mpt-alibi-query-length": "transformers/test_traced_cache_length.py::test_mpt_generates_in_two_graphs",

@@ -26,3 +26,27 @@ def tiny_llama_dir(tmp_path_factory):
     from hf_neuron.testing.tiny_models import save_tiny_model
 
     return save_tiny_model("llama", tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture
+def tp2_record(tmp_path):
+    """``tp2_record(name, model_dir, env=None)``: the tiny checkpoint sharded over 2 ranks under torchrun
+    against one device (``_tp_plans_worker.py``); returns its record (``ok``, ``reason``, ``details``)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    worker = Path(__file__).with_name("_tp_plans_worker.py")
+
+    def run(name, model_dir, env=None) -> dict:
+        out = tmp_path / f"tp-{name}.json"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker),
+                   str(out), f"{name}={model_dir}"]
+        job_env = {**os.environ, "HF_NEURON_SIMULATOR": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+        result = subprocess.run(command, env=job_env, capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, result.stderr[-6000:]
+        return json.loads(out.read_text())[name]
+
+    return run

@@ -3,19 +3,12 @@ so TP=2 equals one device; other models keep Transformers' vocabulary-parallel e
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from transformers import DistributedConfig
 
 from hf_neuron.testing.tiny_models import build_model, save_tiny_model
 from hf_neuron.transformers.tensor_parallel import READ_EMBEDDING_FIX
 
-WORKER = Path(__file__).with_name("_tp_plans_worker.py")
 EMBEDDING, HEAD = "model.language_model.embed_tokens", "lm_head"
 
 
@@ -35,21 +28,11 @@ def test_a_style_the_user_chooses_is_kept():
     assert (plan[EMBEDDING], plan[HEAD]) == ("embedding_rowwise", "colwise_gather_output")
 
 
-def _tp2(tmp_path, model_dir, env=None) -> dict:
-    out = tmp_path / "tp.json"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
-               str(out), f"gemma4={model_dir}"]
-    env = {**os.environ, "HF_NEURON_SIMULATOR": "1", "OMP_NUM_THREADS": "1", **(env or {})}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-6000:]
-    return json.loads(out.read_text())["gemma4"]
-
-
 @pytest.mark.distributed
-def test_gemma4_tp2_equals_one_device_only_with_the_fix(tmp_path):
+def test_gemma4_tp2_equals_one_device_only_with_the_fix(tmp_path, tp2_record):
     model_dir = save_tiny_model("gemma4", tmp_path / "gemma4", seed=0)
-    record = _tp2(tmp_path, model_dir)
+    record = tp2_record("gemma4", model_dir)
     assert record["ok"], record["reason"]
     assert record["details"]["max_abs_diff"] <= 1e-4
-    upstream = _tp2(tmp_path, model_dir, env={"HF_NEURON_DISABLE": READ_EMBEDDING_FIX})
+    upstream = tp2_record("gemma4", model_dir, env={"HF_NEURON_DISABLE": READ_EMBEDDING_FIX})
     assert not upstream["ok"] and "mixed torch.Tensor and DTensor" in upstream["reason"], upstream
