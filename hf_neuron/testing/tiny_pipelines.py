@@ -112,12 +112,12 @@ def _qwen3vl_video_processor():
         from transformers import Qwen3VLVideoProcessor
 
         return Qwen3VLVideoProcessor(**settings)
-    from hf_neuron.patching import APPLIED, get_fix
+    from hf_neuron.patching import get_fix
     from hf_neuron.transformers.processors import FIX, video_processor_class
 
     import transformers.processing_utils  # noqa: F401  (the fix is decided when this module is imported)
 
-    if get_fix(FIX).status != APPLIED:
+    if not get_fix(FIX).active:
         raise RuntimeError(
             "Qwen-Image-2.1's text processor (Qwen3-VL) needs torchvision, which is not importable here. "
             f"hf_neuron's fix {FIX!r} builds it without torchvision on a neuron device only: run with "

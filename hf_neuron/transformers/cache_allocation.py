@@ -241,16 +241,23 @@ def mark_zero_states_as_previous(layer) -> None:
             flags[state_idx] = True
 
 
+def _measurable_ahead(model, prefill_chunk_size) -> bool:
+    """Whether generate's cache for ``model`` can be measured on a fake forward before the first one.
+
+    Upstream allocates ahead only for a compiled (chunked) prefill of a decoder on one device; a
+    sharded model's forward runs collectives, which have no fake form: both keep lazy allocation.
+    """
+    return (prefill_chunk_size is not None and not model.config.is_encoder_decoder
+            and (getattr(model, "_tp_size", None) or 1) == 1
+            and len(set(getattr(model, "hf_device_map", {"": 0}).values())) <= 1)
+
+
 def _allocate_every_layer(original, self, cache_implementation, batch_size, max_cache_len, prefill_chunk_size,
                           model_kwargs, *args, **kwargs):
     cache = original(self, cache_implementation, batch_size, max_cache_len, prefill_chunk_size, model_kwargs,
                      *args, **kwargs)
-    # Upstream allocates ahead only for a compiled (chunked) prefill of a decoder on one device; a
-    # sharded model's forward runs collectives, which have no fake form: both keep lazy allocation.
     pending = unallocated_layers(cache)
-    if (prefill_chunk_size is None or self.config.is_encoder_decoder or not pending
-            or (getattr(self, "_tp_size", None) or 1) > 1
-            or len(set(getattr(self, "hf_device_map", {"": 0}).values())) > 1):
+    if not pending or not _measurable_ahead(self, prefill_chunk_size):
         return cache
     # Measured once per cache layout: every generate call prepares a new cache of the same shapes.
     key = (batch_size, cache.get_max_length(), prefill_chunk_size, self.dtype, str(self.device), tuple(pending))
@@ -373,10 +380,7 @@ def _reallocate_misallocated(original, self, cache_implementation, batch_size, m
                              model_kwargs, *args, **kwargs):
     cache = original(self, cache_implementation, batch_size, max_cache_len, prefill_chunk_size, model_kwargs,
                      *args, **kwargs)
-    if (prefill_chunk_size is None or self.config.is_encoder_decoder
-            or (getattr(self, "_tp_size", None) or 1) > 1
-            or len(set(getattr(self, "hf_device_map", {"": 0}).values())) > 1
-            or not any(_kv_layout(layer) is not None for layer in getattr(cache, "layers", ()))):
+    if not _measurable_ahead(self, prefill_chunk_size):
         return cache
     key = (batch_size, cache.get_max_length(), prefill_chunk_size, self.dtype, str(self.device))
     memo = self.__dict__.setdefault("_hf_neuron_cache_layouts", {})
@@ -385,9 +389,9 @@ def _reallocate_misallocated(original, self, cache_implementation, batch_size, m
             memo[key] = misallocated_layers(self, cache, batch_size, prefill_chunk_size)
         except Exception:  # noqa: BLE001 - a model the fake forward cannot run keeps upstream's shapes
             memo[key] = {}
-    for index, states in memo[key].items():
+    for index in memo[key]:
         cache.layers[index].is_initialized = False
-        allocate_measured_states(cache, {index: states}, self.device)
+    allocate_measured_states(cache, memo[key], self.device)
     return cache
 
 
