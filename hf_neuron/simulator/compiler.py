@@ -359,25 +359,48 @@ class _SimulatedCompile:
         return compiled
 
 
-def _without_layouts(gm) -> None:
-    """Run the graph's ``view`` ops as ``reshape``.
+def _contiguous(tensor):
+    return tensor.contiguous()
 
-    AOTAutograd traces a graph with the strides its meta kernels predict and emits ``view`` where
-    they say a tensor is viewable; some CPU kernels lay their outputs out differently
-    (``softplus_backward`` follows its incoming gradient's layout, its meta kernel does not), and the
-    eager ``view`` then fails on a tensor the trace called contiguous. TorchNeuron lowers a graph to
-    StableHLO, where a view is a reshape of values and no layout exists, so such a graph compiles and
-    runs on Trainium. The graphs are functional (AOTAutograd applies mutations to graph inputs
-    themselves, never through a view), so a reshape, which copies only where a view cannot be
-    taken, computes the same values.
+
+def _without_layouts(gm) -> None:
+    """Run the graph as values without layouts: ``view`` ops as ``reshape``, and the tensor inputs of
+    kernels that check their input's layout made contiguous first, and layout-only clones
+    (``memory_format=torch.channels_last``, which decompositions emit for an upsampling) contiguous.
+
+    AOTAutograd traces a graph with the strides its meta kernels predict; some CPU kernels lay their
+    outputs out differently (``softplus_backward`` follows its incoming gradient's layout, its meta
+    kernel does not; an attention block's output added to its residual follows the transposed
+    operand). The eager kernels that run the graph here then fail where the trace said a tensor was
+    contiguous: ``view`` on it, or ``native_group_norm`` (a VAE's decoder), which asserts its input
+    is contiguous in its suggested memory format. TorchNeuron lowers a graph to StableHLO, where a
+    view is a reshape of values and no layout exists, so such a graph compiles and runs on Trainium.
+    The graphs are functional (AOTAutograd applies mutations to graph inputs itself, never through a
+    view), so a reshape, which copies only where a view cannot be taken, and a contiguous copy
+    compute the same values.
     """
     import torch
 
     aten = torch.ops.aten
+    # Kernel -> positions of the tensor arguments whose layout it checks.
+    layout_checked = {aten.native_group_norm.default: (0,), aten.native_group_norm_backward.default: (0, 1)}
+    layout_formats = (torch.channels_last, torch.channels_last_3d)
     changed = False
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in (aten.view.default, aten._unsafe_view.default):
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target in (aten.view.default, aten._unsafe_view.default):
             node.target = aten.reshape.default
+            changed = True
+        elif node.target is aten.clone.default and node.kwargs.get("memory_format") in layout_formats:
+            node.kwargs = {**node.kwargs, "memory_format": torch.contiguous_format}
+            changed = True
+        elif node.target in layout_checked:
+            args = list(node.args)
+            for position in layout_checked[node.target]:
+                with gm.graph.inserting_before(node):
+                    args[position] = gm.graph.call_function(_contiguous, (args[position],))
+            node.args = tuple(args)
             changed = True
     if changed:
         gm.recompile()

@@ -105,6 +105,34 @@ def test_graph_computes_on_values_not_on_memory_layouts(device):
     torch.testing.assert_close(linear.weight.grad, eager_grad)
 
 
+def test_vae_decoder_graph_runs_without_layouts():
+    """A VAE decoder's graph: its group norms get an input the trace called contiguous (an attention
+    block's output added to its residual follows the transposed operand), and the decomposed
+    nearest upsampling clones to ``channels_last``, which Neuron tensors do not have. Both are
+    layouts, not values: the compiled decode, forward and backward, equals the CPU one."""
+    from diffusers import AutoencoderKL
+
+    torch.manual_seed(0)
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(4, 4), layers_per_block=1,
+                        latent_channels=4, norm_num_groups=1)
+    latents = torch.randn(1, 4, 4, 4)
+    expected = vae.decode(latents).sample
+    expected.sum().backward()
+    expected_grad = vae.decoder.conv_in.weight.grad.clone()
+    vae.zero_grad(set_to_none=True)
+
+    vae.to("neuron")
+    decode = torch.compile(vae.decode, backend="neuron", fullgraph=True, dynamic=False)
+    with graph_log.count_graphs() as graphs:
+        image = decode(latents.to("neuron")).sample
+    image.sum().backward()
+
+    assert graphs.count == 1
+    torch.testing.assert_close(image.cpu(), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(vae.decoder.conv_in.weight.grad.cpu(), expected_grad, atol=1e-5, rtol=1e-5)
+
+
 def test_inference_graph_records_no_backward(device):
     model = _mlp(device)
     with torch.no_grad():
