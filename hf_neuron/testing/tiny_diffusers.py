@@ -263,6 +263,61 @@ def _hunyuan_image(g):
     }
 
 
+# --------------------------------------------------------------------------------- Flux / Flux2 (upstream plans)
+
+
+@tiny(
+    "FluxTransformer2DModel",
+    patch_size=1, in_channels=16, num_layers=2, num_single_layers=2, attention_head_dim=8, num_attention_heads=4,
+    joint_attention_dim=16, pooled_projection_dim=16, guidance_embeds=True, axes_dims_rope=(2, 2, 4),
+)
+def _flux(g):
+    return {
+        "hidden_states": randn(g, 1, 16, 16),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "pooled_projections": randn(g, 1, 16),
+        "timestep": torch.tensor([0.5]),
+        "img_ids": _ids(16, axes=3),
+        "txt_ids": torch.zeros(6, 3),
+        "guidance": torch.tensor([3.5]),
+    }
+
+
+@tiny(
+    "Flux2Transformer2DModel",
+    patch_size=1, in_channels=16, num_layers=2, num_single_layers=2, attention_head_dim=8, num_attention_heads=4,
+    joint_attention_dim=48, timestep_guidance_channels=16, mlp_ratio=3.0, axes_dims_rope=(2, 2, 2, 2),
+    guidance_embeds=True,
+)
+def _flux2(g):
+    return {
+        "hidden_states": randn(g, 1, 16, 16),
+        "encoder_hidden_states": randn(g, 1, 6, 48),
+        "timestep": torch.tensor([0.5]),
+        "img_ids": _ids(16),
+        "txt_ids": torch.zeros(6, 4),
+        "guidance": torch.tensor([4.0]),
+    }
+
+
+# -------------------------------------------------------------------------------- Qwen-Image (upstream plan)
+
+
+@tiny(
+    "QwenImageTransformer2DModel",
+    patch_size=2, in_channels=16, out_channels=4, num_layers=2, attention_head_dim=16, num_attention_heads=4,
+    joint_attention_dim=16, axes_dims_rope=(4, 6, 6),
+)
+def _qwenimage(g):
+    return {
+        "hidden_states": randn(g, 1, 16, 16),  # a 4x4 grid of packed latents
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "encoder_hidden_states_mask": torch.ones(1, 6, dtype=torch.long),
+        "timestep": torch.tensor([0.5]),
+        "img_shapes": [(1, 4, 4)],
+    }
+
+
 # ------------------------------------------------------------------------------------------ Chroma
 
 

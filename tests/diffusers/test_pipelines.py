@@ -1,4 +1,5 @@
-"""Tiny pipelines per family on the neuron device (text encoder on CPU) equal CPU, eager and compiled."""
+"""Tiny pipelines per family on the neuron device (text encoder on CPU) equal CPU: eager, with the
+transformer's repeated blocks compiled, and with the VAE decode compiled too (one graph per latent shape)."""
 
 from __future__ import annotations
 
@@ -16,4 +17,13 @@ def test_pipeline_on_device_matches_cpu(family):
     assert record["eager_max_abs_diff"] <= 1e-4
     assert record["compiled_max_abs_diff"] <= 1e-4
     assert record["graphs_second_generation"] == 0
+    assert record["vae_compiled_max_abs_diff"] <= 1e-4
+    assert record["vae_decode_graphs"] == 1
+    assert record["vae_decode_graphs_second_generation"] == 0
+
+
+def test_at_least_a_dozen_pipeline_families():
+    assert len(FAMILIES) >= 12
+    assert {"qwenimage", "qwenimage21", "flux", "flux2", "sd3", "wan", "ltx", "hunyuanvideo", "sana", "cogview4",
+            "pixart", "chroma"} <= set(FAMILIES)
 

@@ -1,4 +1,4 @@
-"""Every hf_neuron TP plan: TP=2 output equals TP=1, loaded both ways diffusers supports.
+"""Every hf_neuron TP plan, and the upstream plans with a tiny model: TP=2 output equals TP=1, loaded both ways diffusers supports.
 
 One torchrun launch (2 ranks, backend "neuron" on the simulator) checks every class of
 ``hf_neuron.testing.tiny_diffusers.TINY`` through ``enable_parallelism`` and ``from_pretrained(parallel_config=)``.
@@ -27,7 +27,11 @@ def test_every_plan_has_a_tiny_proof():
     assert len(PLANS) >= 30  # the README's figure
 
 
-@pytest.mark.parametrize("class_name", sorted(PLANS))
+# Upstream's own plans, checked by the same launch (their classes have a tiny model too).
+UPSTREAM_PLANS = ("FluxTransformer2DModel", "Flux2Transformer2DModel", "QwenImageTransformer2DModel")
+
+
+@pytest.mark.parametrize("class_name", sorted(PLANS) + list(UPSTREAM_PLANS))
 def test_tp2_equals_tp1(tp_results, class_name):
     record = tp_results[class_name]
     assert record["ok"], {k: v for k, v in record.items()}

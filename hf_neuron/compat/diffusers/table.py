@@ -102,6 +102,8 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict, benchmark: s
     upstream = [n for n, c in classes.items() if c._tp_plan is not None and plan_for(c._tp_plan) is None]
     passed_neuron = [n for n in ours if tp.get(n, {}).get("ok")]
     passed_cpu = [n for n in ours if tp_cpu.get(n, {}).get("ok")]
+    upstream_neuron = [n for n in upstream if tp.get(n, {}).get("ok")]
+    upstream_cpu = [n for n in upstream if tp_cpu.get(n, {}).get("ok")]
     ours_blocks = installed_repeated_blocks()
     upstream_blocks = sum(1 for c in classes.values() if c._repeated_blocks) - len(ours_blocks)
     blocked = sum(1 for n in ours if CONV_GAP in json.dumps(tp.get(n, {}), default=str))
@@ -121,6 +123,9 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict, benchmark: s
         f"simulated device (backend `neuron`), **{len(passed_cpu)}/{len(ours)}** on CPU with gloo."
         + (f" {blocked} classes are blocked on the simulated device by a missing `aten::convolution`."
            if blocked else ""),
+        f"- Upstream plans proven the same way: **{len(upstream_neuron)}/{len(upstream)}** on the simulated device, "
+        f"**{len(upstream_cpu)}/{len(upstream)}** on CPU with gloo (the others have no tiny model in "
+        "`hf_neuron.testing.tiny_diffusers` yet)." if upstream else "",
         f"- `_repeated_blocks`: upstream sets it on {upstream_blocks} classes; hf_neuron adds it to "
         f"{len(ours_blocks)} (every block-structured class that lacked it).",
         "",
@@ -153,27 +158,30 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict, benchmark: s
         "",
         "## Per pipeline (tiny pipelines: transformer and VAE on the device, text encoder on CPU)",
         "",
-        "| pipeline | transformer | TP plan | repeated blocks | eager == CPU | compiled == CPU | TP=2 |",
-        "|---|---|---|---|---|---|---|",
+        "| pipeline | transformer | TP plan | repeated blocks | eager == CPU | compiled == CPU | VAE decode compiled "
+        "== CPU | TP=2 |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     from hf_neuron.testing.tiny_pipelines import FAMILIES
 
-    transformer_of = {"qwenimage": "QwenImageTransformer2DModel", "qwenimage21": "QwenImage21Transformer2DModel",
-                      "wan": "WanTransformer3DModel", "chroma": "ChromaTransformer2DModel"}
     for family in FAMILIES:
         record = pipelines.get(family, {})
-        transformer = transformer_of.get(family, record.get("transformer", ""))
+        transformer = FAMILIES[family].transformer
         cls = classes.get(transformer)
         plan = "hf_neuron" if transformer in PLANS else ("upstream" if cls is not None and cls._tp_plan else "none")
         blocks = "hf_neuron" if transformer in ours_blocks else "upstream"
-        if record.get("ok"):
+        failed = f"FAIL: {str(record.get('error', ''))[:60]}" if record else ""
+        eager = compiled_cell = vae_cell = failed
+        if CONV_GAP in json.dumps(record, default=str):
+            eager = compiled_cell = vae_cell = "blocked: no conv on simulator (VAE)"
+        if record.get("eager"):
             eager = f"pass ({record['eager_max_abs_diff']:.0e})"
+        if record.get("compiled"):
             compiled_cell = (f"pass ({record['compiled_max_abs_diff']:.0e}), {record['graphs']} graphs, "
                              f"{record['graphs_second_generation']} on regeneration")
-        elif CONV_GAP in json.dumps(record, default=str):
-            eager = compiled_cell = "blocked: no conv on simulator (VAE)"
-        else:
-            eager = compiled_cell = f"FAIL: {str(record.get('error', ''))[:60]}" if record else ""
+        if record.get("vae_compiled"):
+            vae_cell = (f"pass ({record['vae_compiled_max_abs_diff']:.0e}), {record['vae_decode_graphs']} graph(s), "
+                        f"{record['vae_decode_graphs_second_generation']} on regeneration")
         tp2 = _tp_cell(tp.get(transformer))
         if tp2.startswith("blocked") and tp_cpu.get(transformer, {}).get("ok"):
             tp2 = f"transformer: {_tp_cell(tp_cpu.get(transformer))} on CPU/gloo; {tp2}"
@@ -183,7 +191,8 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict, benchmark: s
             # The whole recipe under torchrun, proven by tests/diffusers/test_tp_example_script.py.
             tp2 = (f"{tp2 + '; ' if tp2 else ''}pipeline: scripts/diffusers_tp_example.py, TP=2 image = TP=1 image "
                    "(every channel within 2 of 255), 0 graphs on the second image")
-        lines.append(f"| {family} | {transformer} | {plan} | {blocks} | {eager} | {compiled_cell} | {tp2} |")
+        lines.append(f"| {family} | {transformer} | {plan} | {blocks} | {eager} | {compiled_cell} | {vae_cell} "
+                     f"| {tp2} |")
 
     lines += [
         "",
