@@ -1,4 +1,5 @@
-"""Every hf_neuron TP plan, and the upstream plans with a tiny model: TP=2 output equals TP=1, loaded both ways diffusers supports.
+"""Every hf_neuron TP plan, and the upstream plans with a tiny model: TP=2 output equals TP=1, loaded
+both ways diffusers supports.
 
 One torchrun launch (2 ranks, backend "neuron" on the simulator) checks every class of
 ``hf_neuron.testing.tiny_diffusers.TINY`` through ``enable_parallelism`` and ``from_pretrained(parallel_config=)``.

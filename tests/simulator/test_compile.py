@@ -110,12 +110,10 @@ def test_vae_decoder_graph_runs_without_layouts():
     block's output added to its residual follows the transposed operand), and the decomposed
     nearest upsampling clones to ``channels_last``, which Neuron tensors do not have. Both are
     layouts, not values: the compiled decode, forward and backward, equals the CPU one."""
-    from diffusers import AutoencoderKL
+    from hf_neuron.testing.tiny_pipelines.common import _image_vae
 
     torch.manual_seed(0)
-    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
-                        up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(4, 4), layers_per_block=1,
-                        latent_channels=4, norm_num_groups=1)
+    vae = _image_vae(2)
     latents = torch.randn(1, 4, 4, 4)
     expected = vae.decode(latents).sample
     expected.sum().backward()
