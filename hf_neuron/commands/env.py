@@ -47,12 +47,13 @@ def collect() -> dict:
     from hf_neuron.adapters import ADAPTERS, neuron_device_available
 
     if neuron_device_available():
-        try:
-            from hf_neuron.transformers import import_fix_targets
-
-            import_fix_targets()  # fixes wait for their module's import; the report wants them all decided
-        except Exception as exc:
-            info.setdefault("errors", []).append(f"transformers fixes: {exc!r}")
+        for library, adapter in ADAPTERS.items():
+            # Fixes wait for their module's import; the report wants them all decided.
+            try:
+                importlib.import_module(adapter).register()
+                patching.import_targets(library)
+            except Exception as exc:
+                info.setdefault("errors", []).append(f"{library} fixes: {exc!r}")
     else:  # list what would be applied; nothing is patched in a process without a neuron device
         for adapter in ADAPTERS.values():
             importlib.import_module(adapter).register()

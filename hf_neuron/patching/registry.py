@@ -227,8 +227,12 @@ def import_targets(library: str) -> None:
     """Import every module a fix of ``library`` waits for, so that all of them are decided.
 
     Fixes otherwise wait for their module's import (keeping the library's import cheap); tools that
-    report the fixes (``hf-neuron env``) call this first.
+    report the fixes (``hf-neuron env``) call this first. Deferred import callbacks are delivered
+    first: an adapter's fixes are declared by one of them (once the adapter's module has finished
+    importing), and a fix not declared yet has no module to import.
     """
+    deliver_finished()
+    apply_fixes(library)
     for module in sorted({f.waits_for for f in _FIXES.values() if f.library == library and f.waits_for}):
         importlib.import_module(module)
     deliver_finished()

@@ -22,6 +22,8 @@ import threading
 
 import torch
 
+from hf_neuron.patching.tracing import captured, stop_at_the_graph
+
 #: Tokens of the traced prefill chunk (the graph's structure does not depend on the chunk length).
 TRACE_CHUNK = 4
 
@@ -71,24 +73,6 @@ def generation_steps(chunk: int) -> tuple[tuple[int, int], ...]:
     return (0, chunk), (chunk, 1)
 
 
-class _Captured(Exception):
-    """Raised by the tracing backend: Dynamo handed it the whole forward as one graph."""
-
-
-def _stop_at_the_graph(graph_module, example_inputs):
-    raise _Captured
-
-
-def _captured(exc: BaseException) -> bool:
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, _Captured):
-            return True
-        seen.add(id(exc))
-        exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
-    return False
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     line = text[0] if text else ""
@@ -111,14 +95,14 @@ def _trace_steps(model) -> tuple[bool, str | None]:
         # Left to the first compiled chunk, the states are allocated inside the graph: a path the
         # step traces below would not show.
         return False, "its cache states cannot be allocated ahead of the first forward"
-    traced = torch.compile(model, backend=_stop_at_the_graph, fullgraph=True, dynamic=False)
+    traced = torch.compile(model, backend=stop_at_the_graph, fullgraph=True, dynamic=False)
     with torch._dynamo.config.patch(automatic_dynamic_shapes=False), torch.no_grad():
         for start, tokens in generation_steps(TRACE_CHUNK):
             step = "prefill chunk" if tokens > 1 else "decode step"
             try:
                 traced(**generation_step_inputs(model, step_inputs(cache, 1, start, tokens, device), first=start == 0))
             except Exception as exc:  # noqa: BLE001 - every failure to capture is the answer
-                if not _captured(exc):
+                if not captured(exc):
                     return False, f"its {step} does not trace into one graph ({_first_line(exc)})"
             else:
                 return False, f"its {step} ran instead of being traced"

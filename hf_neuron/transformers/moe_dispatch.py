@@ -40,6 +40,7 @@ import torch
 
 from hf_neuron.devices import is_neuron
 from hf_neuron.patching import fix, require_methods, wrap
+from hf_neuron.patching.tracing import traces_whole
 
 DBRX_FIX = "dbrx-experts-static-dispatch"
 LONGCAT_FIX = "longcat-flash-experts-static-dispatch"
@@ -140,21 +141,6 @@ def _longcat_static_forward(original, self, hidden_states, top_k_index, top_k_we
 # --- Detection -------------------------------------------------------------------------------------
 
 
-def _forward_traces_whole(module, *inputs) -> bool:
-    """Whether ``module(*inputs)`` traces into one graph (nothing is compiled, no cache entry is left)."""
-    import torch._dynamo
-
-    from hf_neuron.transformers.capture import _captured, _stop_at_the_graph
-
-    traced = torch.compile(module, backend=_stop_at_the_graph, fullgraph=True, dynamic=False)
-    try:
-        with torch._dynamo.config.patch(automatic_dynamic_shapes=False), torch.no_grad():
-            traced(*inputs)
-    except Exception as exc:  # noqa: BLE001 - every failure to capture is the answer
-        return _captured(exc)
-    return False
-
-
 def _routing(tokens: int, experts: int, top_k: int):
     """A routing of ``tokens`` tokens to ``top_k`` experts each, with equal weights."""
     index = torch.stack([torch.arange(tokens) % experts, (torch.arange(tokens) + 1) % experts], dim=-1)[:, :top_k]
@@ -171,7 +157,7 @@ def _dbrx_experts_break_the_graph() -> bool:
     for weight in (experts.mlp.w1, experts.mlp.v1, experts.mlp.w2):
         torch.nn.init.normal_(weight)  # created empty
     index, weights = _routing(3, 4, 2)
-    return not _forward_traces_whole(experts, torch.randn(1, 3, 8), index, weights)
+    return not traces_whole(experts, torch.randn(1, 3, 8), index, weights)
 
 
 def _longcat_experts_break_the_graph() -> bool:
@@ -185,7 +171,7 @@ def _longcat_experts_break_the_graph() -> bool:
     for weight in (experts.gate_up_proj, experts.down_proj):
         torch.nn.init.normal_(weight)  # created empty
     index, weights = _routing(3, 6, 2)
-    return not _forward_traces_whole(experts, torch.randn(3, 8), index, weights)
+    return not traces_whole(experts, torch.randn(3, 8), index, weights)
 
 
 @fix(DBRX_FIX, "transformers", _dbrx_experts_break_the_graph, waits_for=DBRX_MODULE)

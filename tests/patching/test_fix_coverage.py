@@ -77,6 +77,9 @@ COVERAGE = {
     "diffusers.tp_plan.*": "diffusers/test_fixes.py::test_gap_exists_without_the_adapter",
     "diffusers.tp_plan_support": "diffusers/test_tp_plans.py::test_plans_alone_do_not_shard_correctly",
     "diffusers.tp_clear_errors": "diffusers/test_tp_errors.py::test_upstream_rejections_do_not_name_the_class",
+    "hidream-moe-static-dispatch": "diffusers/test_expert_dispatch.py::test_layer_traces_whole_on_neuron_only",
+    "mochi-attention-static-prompt-mask":
+        "diffusers/test_masked_attention.py::test_attention_traces_whole_on_neuron_only",
 }
 SWITCHES = ("upstream_behaviour", "HF_NEURON_DISABLE", "original(")
 

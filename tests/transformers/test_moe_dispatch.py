@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from hf_neuron.patching import upstream_behaviour
+from hf_neuron.patching.tracing import traces_whole
 from hf_neuron.testing.graphs import count_graphs
 from hf_neuron.testing.tiny_models import build_model
 from hf_neuron.transformers import capture
@@ -101,11 +102,9 @@ def test_expert_layer_gives_the_cpu_outputs_and_gradients(arch, fix_name):
 def test_expert_layer_traces_whole_on_neuron_only(arch, fix_name):
     model = build_model(arch)
     experts, hidden, index, weights = _experts_and_routing(model)
-    from hf_neuron.transformers.moe_dispatch import _forward_traces_whole
-
-    assert not _forward_traces_whole(experts, hidden, index, weights)  # CPU: upstream's loop, unchanged
+    assert not traces_whole(experts, hidden, index, weights)  # CPU: upstream's loop, unchanged
     experts.to("neuron")
     args = (hidden.to("neuron"), index.to("neuron"), weights.to("neuron"))
-    assert _forward_traces_whole(experts, *args)
+    assert traces_whole(experts, *args)
     with upstream_behaviour(fix_name):
-        assert not _forward_traces_whole(experts, *args)
+        assert not traces_whole(experts, *args)
