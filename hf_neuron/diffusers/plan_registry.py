@@ -32,6 +32,9 @@ class ClassPlan:
     function of the module returning it): each rank keeps its own heads' slice of the output.
     ``local_sizes`` maps a glob of modules to integer attributes their forward uses to split a
     column-sharded tensor (Ovis' ``mlp_hidden_dim``); they become per-rank sizes, like head counts.
+    ``sharded_parameters`` maps a glob of parameters holding one entry per head (LuminaNext's
+    cross-attention gate, a ``[heads]`` vector the block multiplies the attention output with) to the
+    dimension indexing the heads: each rank keeps its own heads' slice, as a plain local tensor.
     """
 
     class_name: str
@@ -41,6 +44,7 @@ class ClassPlan:
     packed_blocks: dict = dataclasses.field(default_factory=dict)
     sharded_rotary: dict = dataclasses.field(default_factory=dict)
     local_sizes: dict = dataclasses.field(default_factory=dict)
+    sharded_parameters: dict = dataclasses.field(default_factory=dict)
     notes: str = ""
 
     @property
@@ -59,6 +63,7 @@ def tp_plan(
     packed_blocks: dict | None = None,
     sharded_rotary: dict | None = None,
     local_sizes: dict | None = None,
+    sharded_parameters: dict | None = None,
     notes: str = "",
 ):
     """Decorator registering a plan builder for ``class_name`` (defined in ``module``)."""
@@ -66,7 +71,7 @@ def tp_plan(
     def register(build: Callable[[], dict]) -> Callable[[], dict]:
         PLANS[class_name] = ClassPlan(
             class_name, module, build, tuple(across_heads_norms), dict(packed_blocks or {}), dict(sharded_rotary or {}),
-            dict(local_sizes or {}), notes,
+            dict(local_sizes or {}), dict(sharded_parameters or {}), notes,
         )
         return build
 

@@ -6,8 +6,8 @@ Three kinds of fix, all in diffusers' own mechanism (``_tp_plan`` + ``apply_tens
   plan as ``<Class>._tp_plan`` when the class's module is imported — only if upstream's is None.
 - ``diffusers.tp_plan_support``: what sharding those classes needs beyond the plan dict, applied
   only to models whose plan is ours (upstream's own plans keep upstream's behaviour):
-  attention modules keep a per-rank head count, across-heads QK norms reduce over the ranks, and a
-  glob may skip ModuleList elements that lack the projection.
+  attention modules keep a per-rank head count, across-heads QK norms reduce over the ranks, per-head
+  parameters keep their rank's slice, and a glob may skip ModuleList elements that lack the projection.
 - ``diffusers.tp_clear_errors``: every rejection names the class and the constraint broken.
 """
 
@@ -41,6 +41,7 @@ _INSTALLED: dict[int, ClassPlan] = {}
 _localized: weakref.WeakSet = weakref.WeakSet()
 _sized: weakref.WeakSet = weakref.WeakSet()
 _rotary_hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_sliced: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> its per-head parameters already sliced
 
 
 def plan_for(model_or_plan) -> ClassPlan | None:
@@ -174,6 +175,13 @@ def check_divisible(model: torch.nn.Module, class_plan: ClassPlan, tp_plan: dict
                 f"Cannot shard {cls} across {tp_degree} tensor-parallel ranks: '{name}' splits a sharded "
                 f"tensor into parts of {attr}={value}, which the degree must divide."
             )
+    for pattern, dim in class_plan.sharded_parameters.items():
+        for name, param in _expand(model, pattern).items():
+            if isinstance(param, torch.Tensor) and param.shape[dim] % tp_degree:
+                raise ValueError(
+                    f"Cannot shard {cls} across {tp_degree} tensor-parallel ranks: '{name}' holds "
+                    f"{param.shape[dim]} per-head entries, which the degree must divide."
+                )
     for pattern in class_plan.across_heads_norms:
         for name, norm in _expand(model, pattern).items():
             weight = getattr(norm, "weight", None)
@@ -228,6 +236,29 @@ class AcrossHeadsRMSNorm(torch.nn.Module):
         return f"full_dim={self.full_dim}, eps={self.eps}, tp={self.mesh.size()}"
 
 
+class AcrossHeadsLayerNorm(AcrossHeadsRMSNorm):
+    """LayerNorm over a column-sharded projection (``qk_norm="layer_norm_across_heads"``, LuminaNext).
+
+    Like :class:`AcrossHeadsRMSNorm`, with the mean first: one all-reduce for the mean, one for the
+    variance around it (two passes, as ``nn.LayerNorm`` computes it).
+    """
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        from torch.distributed._functional_collectives import all_reduce
+
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        mean = all_reduce(hidden_states.sum(-1, keepdim=True), "sum", self.mesh) / self.full_dim
+        centered = hidden_states - mean
+        variance = all_reduce(centered.pow(2).sum(-1, keepdim=True), "sum", self.mesh) / self.full_dim
+        hidden_states = centered * torch.rsqrt(variance + self.eps)
+        if self.weight is not None:
+            hidden_states = hidden_states * self.weight.to(torch.float32)
+        if self.bias is not None:
+            hidden_states = hidden_states + self.bias.to(torch.float32)
+        return hidden_states.to(input_dtype)
+
+
 def _shard_across_heads_norms(model: torch.nn.Module, class_plan: ClassPlan, mesh) -> None:
     for pattern in class_plan.across_heads_norms:
         for name, norm in _expand(model, pattern).items():
@@ -235,7 +266,23 @@ def _shard_across_heads_norms(model: torch.nn.Module, class_plan: ClassPlan, mes
                 continue
             size = norm.normalized_shape[-1] if hasattr(norm, "normalized_shape") else norm.weight.shape[-1]
             parent_name, _, attr = name.rpartition(".")
-            setattr(model.get_submodule(parent_name), attr, AcrossHeadsRMSNorm(norm, mesh, int(size)))
+            kind = AcrossHeadsLayerNorm if isinstance(norm, torch.nn.LayerNorm) else AcrossHeadsRMSNorm
+            setattr(model.get_submodule(parent_name), attr, kind(norm, mesh, int(size)))
+
+
+def _shard_parameters(model: torch.nn.Module, class_plan: ClassPlan, mesh) -> None:
+    """Replace each per-head parameter by this rank's contiguous slice of its heads, once."""
+    rank, size = mesh.get_local_rank(), mesh.size()
+    for pattern, dim in class_plan.sharded_parameters.items():
+        for name, param in _expand(model, pattern).items():
+            parent_name, _, attr = name.rpartition(".")
+            parent = model.get_submodule(parent_name)
+            if not isinstance(param, torch.nn.Parameter) or attr in _sliced.setdefault(parent, set()):
+                continue
+            chunk = param.shape[dim] // size
+            local = param.data.narrow(dim, rank * chunk, chunk).clone()
+            setattr(parent, attr, torch.nn.Parameter(local, requires_grad=param.requires_grad))
+            _sliced[parent].add(attr)
 
 
 def _slice_rotary_output(dim_of, mesh):
@@ -318,6 +365,7 @@ def _apply_then_localize(original_apply, model, config, tp_plan, weights_already
         _localize_heads(model, tp_plan, mesh.size())
         _localize_sizes(model, class_plan, mesh.size())
         _shard_across_heads_norms(model, class_plan, mesh)
+        _shard_parameters(model, class_plan, mesh)
         _shard_rotary(model, class_plan, mesh)
 
 
@@ -339,8 +387,9 @@ def tp_plan_support() -> None:
     some normalise q/k across all heads. Detected by the presence of diffusers.hooks.tensor_parallel;
     acts only on models whose `_tp_plan` is one hf_neuron installed (identity check), so upstream plans keep upstream behaviour. After
     sharding, the head counts of column-sharded attention modules become per-rank counts, across-heads
-    RMSNorms reduce their mean of squares over the ranks, a glob skips ModuleList elements lacking
-    the projection, and a degree that splits a head is rejected before any weight is sharded.
+    RMS/LayerNorms reduce their statistics over the ranks, per-head parameters keep their rank's heads,
+    a glob skips ModuleList elements lacking the projection, and a degree that splits a head is
+    rejected before any weight is sharded.
     """
     when_imported(TP_HOOKS_MODULE, _patch_support)
 

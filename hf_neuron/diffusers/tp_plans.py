@@ -482,3 +482,373 @@ def _kandinsky5() -> dict:
         "visual_transformer_blocks.*.feed_forward.in_layer": "colwise",
         "visual_transformer_blocks.*.feed_forward.out_layer": "rowwise",
     }
+
+
+# ------------------------------------------------------------- BasicTransformerBlock (DiT / Latte)
+
+
+def _sized_packed_col():
+    """Packed colwise whose block sizes come from the plan's ``packed_blocks`` (set per Linear)."""
+    from diffusers.hooks.tensor_parallel import PackedColwiseParallel
+
+    return PackedColwiseParallel(None)
+
+
+def _ff_in_blocks(prefix: str):
+    """Block sizes of a diffusers ``FeedForward``'s input projection, read from the block's activation.
+
+    GEGLU / SwiGLU project to ``[hidden, gate]`` and ``chunk(2)`` it: two halves, each sharded on its own.
+    GELU and the others project to one hidden width: a single block, i.e. plain colwise.
+    """
+
+    def sizes(block) -> list[int]:
+        activation = block.get_submodule(prefix)
+        width = activation.proj.out_features
+        return [width // 2, width // 2] if type(activation).__name__ in ("GEGLU", "SwiGLU") else [width]
+
+    return sizes
+
+
+def _basic_blocks(*lists: str) -> dict:
+    """Plan for ModuleLists of ``BasicTransformerBlock``.
+
+    Self-attention (attn1), the optional cross-attention (attn2, absent without ``cross_attention_dim``)
+    and the feed-forward, whose activation the config picks (``"geglu"`` by default, GELU for DiT).
+    """
+    plan = {}
+    for blocks in lists:
+        plan.update(attention(f"{blocks}.attn1"))
+        plan.update(attention(f"{blocks}.attn2"))
+        plan[f"{blocks}.ff.net.0.proj"] = _sized_packed_col()
+        plan[f"{blocks}.ff.net.2"] = "rowwise"
+    return plan
+
+
+def _basic_packed(*lists: str) -> dict:
+    """The ``packed_blocks`` of :func:`_basic_blocks`' feed-forward input projections."""
+    return {f"{blocks}.ff.net.0.proj": _ff_in_blocks("ff.net.0") for blocks in lists}
+
+
+_BASIC_PACKED = _basic_packed("transformer_blocks.*")
+
+
+@tp_plan("DiTTransformer2DModel", "dit_transformer_2d", packed_blocks=_BASIC_PACKED)
+def _dit() -> dict:
+    # Class-conditional DiT: self-attention and GELU FFN behind AdaLN-Zero (replicated).
+    return _basic_blocks("transformer_blocks.*")
+
+
+@tp_plan("Transformer2DModel", "transformer_2d", packed_blocks=_BASIC_PACKED)
+def _transformer_2d() -> dict:
+    # The generic 2-D transformer (continuous, patched or vectorized inputs) around BasicTransformerBlocks.
+    return _basic_blocks("transformer_blocks.*")
+
+
+@tp_plan(
+    "LatteTransformer3DModel", "latte_transformer_3d",
+    packed_blocks=_basic_packed("transformer_blocks.*", "temporal_transformer_blocks.*"),
+)
+def _latte() -> dict:
+    # Spatial blocks (with cross-attention) alternate with temporal blocks (self-attention only).
+    return _basic_blocks("transformer_blocks.*", "temporal_transformer_blocks.*")
+
+
+# ------------------------------------------------------------------------------------ Hunyuan-DiT
+
+
+@tp_plan("HunyuanDiT2DModel", "hunyuan_transformer_2d")
+def _hunyuan_dit() -> dict:
+    # Self- and cross-attention (per-head LayerNorm QK norms) and a GELU FFN; the long-skip
+    # skip_linear of the second half of the blocks stays replicated.
+    return {
+        **attention("blocks.*.attn1"),
+        **attention("blocks.*.attn2"),
+        **feed_forward("blocks.*.ff"),
+    }
+
+
+# ------------------------------------------------------------------------------------- LuminaNext
+
+
+@tp_plan(
+    "LuminaNextDiT2DModel", "lumina_nextdit2d",
+    # qk_norm="layer_norm_across_heads": LayerNorm(heads * head_dim) applied before the heads split.
+    across_heads_norms=tuple(f"layers.*.{a}.{n}" for a in ("attn1", "attn2") for n in ("norm_q", "norm_k")),
+    # The tanh gate scaling the cross-attention output holds one value per head.
+    sharded_parameters={"layers.*.gate": 0},
+)
+def _lumina_next() -> dict:
+    # attn1 has no output projection (to_out is Identity): the self- and cross-attention outputs are
+    # summed per head and go through attn2.to_out.0 together, so that one rowwise layer closes both.
+    return {
+        **attention("layers.*.attn1", out=()),
+        **attention("layers.*.attn2"),
+        "layers.*.feed_forward.linear_1": "colwise",
+        "layers.*.feed_forward.linear_3": "colwise",
+        "layers.*.feed_forward.linear_2": "rowwise",
+    }
+
+
+# ---------------------------------------------------------------------------------------- OmniGen
+
+
+@tp_plan("OmniGenTransformer2DModel", "transformer_omnigen", local_sizes={"layers.*.self_attn": ("out_dim",)})
+def _omnigen() -> dict:
+    # Phi-3 style decoder layers: GQA self-attention over the joint text + image sequence (its processor
+    # reshapes the heads' output to `attn.out_dim`, made a per-rank width) and a fused gate+up SwiGLU MLP.
+    return {
+        **attention("layers.*.self_attn"),
+        "layers.*.mlp.gate_up_proj": _packed_col(1, 1),
+        "layers.*.mlp.down_proj": "rowwise",
+    }
+
+
+# ----------------------------------------------------------------------------------------- Allegro
+
+
+@tp_plan("AllegroTransformer3DModel", "transformer_allegro")
+def _allegro() -> dict:
+    # PixArt-style blocks (self-attention, cross-attention, GELU FFN) with a per-block scale-shift table.
+    return {
+        **attention("transformer_blocks.*.attn1"),
+        **attention("transformer_blocks.*.attn2"),
+        **feed_forward("transformer_blocks.*.ff"),
+    }
+
+
+# ----------------------------------------------------------------------------------------- ConsisID
+
+
+@tp_plan("ConsisIDTransformer3DModel", "consisid_transformer_3d",
+         local_sizes={"perceiver_cross_attention.*": ("heads",)})
+def _consisid() -> dict:
+    # CogVideoX blocks, plus the identity cross-attentions inserted every `cross_attn_interval` blocks:
+    # a Perceiver attention from the video tokens to the face tokens with a fused [k, v] projection.
+    # The local facial extractor that produces the face tokens runs once per step and stays replicated.
+    return {
+        **attention("transformer_blocks.*.attn1"),
+        **feed_forward("transformer_blocks.*.ff"),
+        "perceiver_cross_attention.*.to_q": "colwise",
+        "perceiver_cross_attention.*.to_kv": _packed_col(1, 1),
+        "perceiver_cross_attention.*.to_out": "rowwise",
+    }
+
+
+# ------------------------------------------------------------------------------------- EasyAnimate
+
+
+@tp_plan(
+    "EasyAnimateTransformer3DModel", "transformer_easyanimate",
+    notes="MMDiT blocks only: a block past `mmdit_layers` adds the text tokens' attention output to the "
+          "residual without an output projection, which a rowwise layer cannot close (it would need an "
+          "all-gather); the released checkpoints have mmdit_layers == num_layers",
+)
+def _easyanimate() -> dict:
+    # MMDiT blocks: separate text projections (add_*_proj, to_add_out) and a text FFN (txt_ff).
+    return {
+        **attention("transformer_blocks.*.attn1",
+                    qkv=("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj"),
+                    out=("to_out.0", "to_add_out")),
+        **feed_forward("transformer_blocks.*.ff"),
+        **feed_forward("transformer_blocks.*.txt_ff"),
+    }
+
+
+# -------------------------------------------------------------------------------------------- Bria
+
+
+@tp_plan("BriaTransformer2DModel", "transformer_bria", packed_blocks=_SINGLE_STREAM)
+def _bria() -> dict:
+    # Flux layout without pooled projections or guidance.
+    return _flux_like()
+
+
+@tp_plan("BriaFiboTransformer2DModel", "transformer_bria_fibo", packed_blocks=_SINGLE_STREAM)
+def _bria_fibo() -> dict:
+    # Flux layout; the per-block caption projections of the text-encoder layers stay replicated.
+    return _flux_like()
+
+
+@tp_plan("BriaFibo2Transformer2DModel", "transformer_bria_fibo2")
+def _bria_fibo2() -> dict:
+    # Lumina-like blocks (self-attention, optional cross-attention to a text-encoder layer, SwiGLU FFN
+    # with separate gate w1 / up w3), plus the perceiver that resamples the text into gist tokens.
+    plan = {}
+    for blocks in ("noise_refiner.*", "layers.*"):
+        plan.update(attention(f"{blocks}.attention"))
+        plan.update(attention(f"{blocks}.cross_attention"))  # only on the injection layers
+        plan.update(_swiglu(f"{blocks}.feed_forward"))
+    plan.update(attention("perceiver.layers.*.cross_attention"))
+    plan.update(attention("perceiver.layers.*.self_attention"))
+    plan.update(_swiglu("perceiver.layers.*.ffn"))
+    return plan
+
+
+# ---------------------------------------------------------------------------------------- CogView3
+
+
+@tp_plan("CogView3PlusTransformer2DModel", "transformer_cogview3plus")
+def _cogview3plus() -> dict:
+    # CogVideoX-style joint attention over text + image tokens, one FFN over both.
+    return {**attention("transformer_blocks.*.attn1"), **feed_forward("transformer_blocks.*.ff")}
+
+
+# -------------------------------------------------------------------------------------- ERNIE-Image
+
+
+@tp_plan("ErnieImageTransformer2DModel", "transformer_ernie_image")
+def _ernie_image() -> dict:
+    # One shared AdaLN modulation (replicated, outside the blocks); GELU-gated FFN with separate
+    # gate / up projections.
+    return {
+        **attention("layers.*.self_attention"),
+        "layers.*.mlp.gate_proj": "colwise",
+        "layers.*.mlp.up_proj": "colwise",
+        "layers.*.mlp.linear_fc2": "rowwise",
+    }
+
+
+# --------------------------------------------------------------------------------------- Ideogram 4
+
+
+@tp_plan("Ideogram4Transformer2DModel", "transformer_ideogram4")
+def _ideogram4() -> dict:
+    # One packed text + image sequence; the processor splits heads with `num_heads` and `head_dim`.
+    return {**attention("layers.*.attention"), **_swiglu("layers.*.feed_forward")}
+
+
+# ----------------------------------------------------------------------------------------- DreamLite
+
+
+@tp_plan("DreamLiteTransformer2DModel", "transformer_2d_dreamlite")
+def _dreamlite() -> dict:
+    # BasicTransformerBlock variant (attn1 may be absent); the default GEGLU FFN's net.0.proj is a fused
+    # [hidden, gate] projection (packed [1, 1]).
+    return {
+        **attention("transformer_blocks.*.attn1"),
+        **attention("transformer_blocks.*.attn2"),
+        "transformer_blocks.*.ff.net.0.proj": _packed_col(1, 1),
+        "transformer_blocks.*.ff.net.2": "rowwise",
+    }
+
+
+# -------------------------------------------------------------------------------------- Nucleus MoE
+
+
+@tp_plan(
+    "NucleusMoEImageTransformer2DModel", "transformer_nucleusmoe_image",
+    # The processor derives head_dim and the GQA kv-head count from these widths.
+    local_sizes={"transformer_blocks.*.attn": ("inner_dim", "inner_kv_dim")},
+    notes="the routed experts stay replicated: SwiGLUExperts keeps them as 3-D Parameters, not Linear "
+          "layers, which torch's ColwiseParallel/RowwiseParallel do not shard",
+)
+def _nucleus_moe_image() -> dict:
+    # Image queries attend to image + text keys/values (GQA); dense blocks have a SwiGLU FFN, MoE blocks
+    # a replicated router, replicated routed experts and a sharded shared expert.
+    return {
+        **attention("transformer_blocks.*.attn", qkv=("to_q", "to_k", "to_v", "add_k_proj", "add_v_proj")),
+        **swiglu_feed_forward("transformer_blocks.*.img_mlp"),
+        **swiglu_feed_forward("transformer_blocks.*.img_mlp.shared_expert"),
+    }
+
+
+# --------------------------------------------------------------------------------------------- PRX
+
+
+@tp_plan("PRXTransformer2DModel", "transformer_prx")
+def _prx() -> dict:
+    # Image tokens attend to text + image; fused image [q, k, v] and text [k, v] projections.
+    return {
+        "blocks.*.attention.img_qkv_proj": _packed_col(1, 1, 1),
+        "blocks.*.attention.txt_kv_proj": _packed_col(1, 1),
+        "blocks.*.attention.to_out.0": "rowwise",
+        "blocks.*.gate_proj": "colwise",
+        "blocks.*.up_proj": "colwise",
+        "blocks.*.down_proj": "rowwise",
+    }
+
+
+# ------------------------------------------------------------------------------------------ AnyFlow
+
+
+@tp_plan("AnyFlowTransformer3DModel", "transformer_anyflow", across_heads_norms=_WAN_NORMS)
+def _anyflow() -> dict:
+    # Wan 2.1 blocks (self-attention, cross-attention, GELU FFN) with the dual-timestep embedder replicated.
+    return _wan_blocks()
+
+
+# ----------------------------------------------------------------------------------------- JoyImage
+
+
+def _joyimage_blocks(blocks: str = "double_blocks.*") -> dict:
+    # Double-stream blocks; each stream has a fused [q, k, v] projection that is chunk(3)-ed (packed [1, 1, 1])
+    # and per-head QK norms over head_dim.
+    plan = {}
+    for stream in ("img", "txt"):
+        plan[f"{blocks}.attn.{stream}_attn_qkv"] = _packed_col(1, 1, 1)
+        plan[f"{blocks}.attn.{stream}_attn_proj"] = "rowwise"
+        plan.update(feed_forward(f"{blocks}.{stream}_mlp"))
+    return plan
+
+
+@tp_plan("JoyImageEditTransformer3DModel", "transformer_joyimage")
+def _joyimage_edit() -> dict:
+    return _joyimage_blocks()
+
+
+@tp_plan("JoyImageEditPlusTransformer3DModel", "transformer_joyimage_edit_plus")
+def _joyimage_edit_plus() -> dict:
+    return _joyimage_blocks()
+
+
+# -------------------------------------------------------------------------------------- Kandinsky 6
+
+
+@tp_plan("Kandinsky6Transformer3DModel", "transformer_kandinsky6")
+def _kandinsky6() -> dict:
+    # Text encoder blocks per modality, then fused video/audio blocks: each stream's self- and text
+    # cross-attention and FFN, plus the two cross-modal attentions (video queries audio, audio queries video).
+    plan = {}
+    for blocks in ("video_text_transformer_blocks.*", "audio_text_transformer_blocks.*"):
+        plan.update(_kandinsky5_attention(f"{blocks}.attn"))
+        plan.update(feed_forward(f"{blocks}.feed_forward"))
+    fused = "visual_transformer_blocks.*"
+    for stream in ("video_dec_block", "audio_dec_block"):
+        plan.update(_kandinsky5_attention(f"{fused}.{stream}.self_attention"))
+        plan.update(_kandinsky5_attention(f"{fused}.{stream}.cross_attention"))
+        plan.update(feed_forward(f"{fused}.{stream}.feed_forward"))
+    plan.update(_kandinsky5_attention(f"{fused}.va_cross_attention"))
+    plan.update(_kandinsky5_attention(f"{fused}.av_cross_attention"))
+    return plan
+
+
+# -------------------------------------------------------------------------------------- Motif-Video
+
+
+@tp_plan(
+    "MotifVideoTransformer3DModel", "transformer_motif_video",
+    packed_blocks={"single_transformer_blocks.*.proj_out": _single_stream_widths},
+)
+def _motif_video() -> dict:
+    # HunyuanVideo layout (dual-stream MMDiT blocks, single-stream parallel attention + MLP blocks) with an
+    # optional text cross-attention in each block.
+    plan = {
+        **attention("transformer_blocks.*.attn",
+                    qkv=("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj"),
+                    out=("to_out.0", "to_add_out")),
+        **attention("transformer_blocks.*.cross_attn"),
+        **feed_forward("transformer_blocks.*.ff"),
+        **feed_forward("transformer_blocks.*.ff_context"),
+        **attention("single_transformer_blocks.*.attn", out=()),
+        "single_transformer_blocks.*.proj_mlp": "colwise",
+        "single_transformer_blocks.*.proj_out": _packed_row(),
+    }
+    # A single-stream cross-attention reads the attention output *before* proj_out, which each rank holds
+    # only for its own heads: its query projection is rowwise (one all-reduce gives the full query), the
+    # attention runs with all heads on every rank, and its output projection is colwise, so each rank keeps
+    # the slice that lines up with its heads of the attention output it is added to.
+    plan["single_transformer_blocks.*.cross_attn.to_q"] = "rowwise"
+    plan["single_transformer_blocks.*.cross_attn.to_out.0"] = "colwise"
+    return plan
+
+

@@ -1,7 +1,8 @@
 """diffusers transformer classes without a tensor-parallel plan (upstream's or hf_neuron's), and why.
 
 ``UNSHARDABLE`` lists the classes the colwise/rowwise mechanism does not fit; ``NOT_COVERED_YET``
-lists the ones it fits but for which no plan has been written and proven yet (the same rules as
+lists the ones it fits but for which no plan has been written and proven yet, ``NO_NEURON_PATH``
+the ones whose forward cannot run on a neuron device at all (the same rules as
 :mod:`hf_neuron.diffusers.tp_plans` apply). The error for a class without a plan quotes the reason.
 ``compatibility/diffusers.md`` publishes both tables.
 """
@@ -35,22 +36,22 @@ UNSHARDABLE: dict[str, str] = {
 NOT_COVERED_YET: dict[str, str] = {
     name: "shardable with the same colwise/rowwise rules; no plan written and proven yet"
     for name in (
-        "AceStepTransformer1DModel", "AllegroTransformer3DModel", "AnyFlowFARTransformer3DModel",
-        "AnyFlowTransformer3DModel", "BriaFibo2Transformer2DModel", "BriaFiboTransformer2DModel",
-        "BriaTransformer2DModel", "CogView3PlusTransformer2DModel", "ConsisIDTransformer3DModel",
-        "Cosmos3OmniTransformer", "DiTTransformer2DModel",
-        "DreamLiteTransformer2DModel", "EasyAnimateTransformer3DModel", "ErnieImageTransformer2DModel",
-        "HunyuanDiT2DModel", "Ideogram4Transformer2DModel",
-        "JoyImageEditPlusTransformer3DModel", "JoyImageEditTransformer3DModel", 
-        "Kandinsky6SRTransformer3DModel", "Kandinsky6Transformer3DModel", "LatteTransformer3DModel",
-        "LongCatAudioDiTTransformer", "LuminaNextDiT2DModel", "MiniMaxMusic3Transformer1DModel",
-        "MotifVideoTransformer3DModel", "NucleusMoEImageTransformer2DModel", "OmniGenTransformer2DModel",
-        "PRXTransformer2DModel", "SanaVideoTransformer3DModel", "SanaWMLTX2RefinerTransformer3DModel",
-        "SanaWMTransformer3DModel", "StableAudio3DiTModel", "StableAudioDiTModel", "Transformer2DModel",
-        "WanAnimate2Transformer3DModel", "WanAnimateTransformer3DModel",
+        "AceStepTransformer1DModel", "Cosmos3OmniTransformer", "LongCatAudioDiTTransformer",
+        "MiniMaxMusic3Transformer1DModel", "SanaVideoTransformer3DModel", "SanaWMLTX2RefinerTransformer3DModel",
+        "SanaWMTransformer3DModel", "StableAudio3DiTModel", "StableAudioDiTModel", "WanAnimate2Transformer3DModel",
+        "WanAnimateTransformer3DModel",
     )
+}
+
+#: Classes whose forward cannot run on a neuron device at all, so no plan can be proven there.
+NO_NEURON_PATH: dict[str, str] = {
+    name: (
+        "its attention is FlexAttention (`torch.nn.attention.flex_attention`), which PyTorch runs only on CUDA, "
+        "CPU, HPU and MPS devices; a colwise/rowwise plan shards it on CPU, but the model has no neuron path"
+    )
+    for name in ("AnyFlowFARTransformer3DModel", "Kandinsky6SRTransformer3DModel")
 }
 
 
 def reason_without_plan(class_name: str) -> str | None:
-    return UNSHARDABLE.get(class_name) or NOT_COVERED_YET.get(class_name)
+    return UNSHARDABLE.get(class_name) or NO_NEURON_PATH.get(class_name) or NOT_COVERED_YET.get(class_name)

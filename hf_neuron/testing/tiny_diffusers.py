@@ -631,3 +631,454 @@ def _kandinsky5(g):
         "visual_rope_pos": (torch.arange(2), torch.arange(4), torch.arange(4)),
         "text_rope_pos": torch.arange(6),
     }
+
+
+# ------------------------------------------------- BasicTransformerBlock (DiT / Transformer2D / Latte)
+
+
+# Every block carries its own AdaLN-Zero class + timestep embedder (replicated): 10 classes and width 64
+# keep them from outweighing the sharded attention / FFN the way they never do at DiT-XL's width 1152.
+@tiny(
+    "DiTTransformer2DModel",
+    num_attention_heads=4, attention_head_dim=16, in_channels=4, out_channels=8, num_layers=2, sample_size=8,
+    patch_size=2, num_embeds_ada_norm=10,
+)
+def _dit(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 8, 8),
+        "timestep": torch.tensor([500.0]),
+        "class_labels": torch.tensor([3]),
+    }
+
+
+# Continuous-input mode as in the Stable Diffusion UNets: GroupNorm, linear proj_in, cross-attention and
+# the default GEGLU feed-forward (a packed [hidden, gate] projection).
+@tiny(
+    "Transformer2DModel",
+    num_attention_heads=4, attention_head_dim=8, in_channels=8, out_channels=8, num_layers=2, norm_num_groups=2,
+    cross_attention_dim=16, use_linear_projection=True,
+)
+def _transformer_2d(g):
+    return {"hidden_states": randn(g, 1, 8, 4, 4), "encoder_hidden_states": randn(g, 1, 6, 16)}
+
+
+@tiny(
+    "LatteTransformer3DModel",
+    num_attention_heads=4, attention_head_dim=8, in_channels=4, out_channels=8, num_layers=2, cross_attention_dim=32,
+    sample_size=8, patch_size=2, activation_fn="gelu-approximate", num_embeds_ada_norm=1000,
+    norm_type="ada_norm_single", norm_elementwise_affine=False, norm_eps=1e-6, caption_channels=16, video_length=2,
+)
+def _latte(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 2, 8, 8),
+        "timestep": torch.tensor([500.0]),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+    }
+
+
+# 4 blocks: the long skips join block 0's output into block 3 (the only block with a skip_linear).
+@tiny(
+    "HunyuanDiT2DModel",
+    num_attention_heads=4, attention_head_dim=8, in_channels=4, patch_size=2, sample_size=8, hidden_size=32,
+    num_layers=4, cross_attention_dim=16, cross_attention_dim_t5=16, pooled_projection_dim=16, text_len=4,
+    text_len_t5=6,
+)
+def _hunyuan_dit(g):
+    from diffusers.models.embeddings import get_2d_rotary_pos_embed
+
+    return {
+        "hidden_states": randn(g, 1, 4, 8, 8),
+        "timestep": torch.tensor([500.0]),
+        "encoder_hidden_states": randn(g, 1, 4, 16),
+        "text_embedding_mask": torch.tensor([[1, 1, 1, 0]]),
+        "encoder_hidden_states_t5": randn(g, 1, 6, 16),
+        "text_embedding_mask_t5": torch.tensor([[1, 1, 1, 1, 0, 0]]),
+        "image_meta_size": torch.tensor([[64.0, 64.0, 64.0, 64.0, 0.0, 0.0]]),
+        "style": torch.tensor([0]),
+        "image_rotary_emb": get_2d_rotary_pos_embed(8, ((0, 0), (4, 4)), (4, 4), output_type="pt"),
+    }
+
+
+# GQA (2 key/value heads for 4 query heads); the rotary embedding is a complex tensor over an 8x8 grid.
+@tiny(
+    "LuminaNextDiT2DModel",
+    sample_size=8, patch_size=2, in_channels=4, hidden_size=32, num_layers=2, num_attention_heads=4, num_kv_heads=2,
+    multiple_of=16, cross_attention_dim=16,
+)
+def _lumina_next(g):
+    from diffusers.models.embeddings import get_2d_rotary_pos_embed_lumina
+
+    return {
+        "hidden_states": randn(g, 1, 4, 8, 8),
+        "timestep": torch.tensor([0.5]),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "encoder_mask": torch.tensor([[1, 1, 1, 1, 0, 0]]),
+        "image_rotary_emb": get_2d_rotary_pos_embed_lumina(8, 8, 8),
+        "cross_attention_kwargs": {},  # the blocks unpack it into every attention call
+    }
+
+
+# One conditioning image's 4 tokens replace placeholder ids 2..5 of the 8 text ids; the sequence is
+# text, one time token, then the 16 output-image tokens.
+@tiny(
+    "OmniGenTransformer2DModel",
+    in_channels=4, patch_size=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=4, intermediate_size=64,
+    num_layers=2, pad_token_id=0, vocab_size=64, max_position_embeddings=64, original_max_position_embeddings=32,
+    rope_scaling={"short_factor": [1.0] * 4, "long_factor": [2.0] * 4}, pos_embed_max_size=8, time_step_dim=16,
+)
+def _omnigen(g):
+    seq = 8 + 1 + 16
+    return {
+        "hidden_states": randn(g, 1, 4, 8, 8),
+        "timestep": torch.tensor([0.5]),
+        "input_ids": torch.randint(1, 64, (1, 8), generator=g),
+        "input_img_latents": [randn(g, 1, 4, 4, 4)],
+        "input_image_sizes": {0: [[2, 6]]},
+        "attention_mask": torch.ones(1, seq, seq),
+        "position_ids": torch.arange(seq).unsqueeze(0),
+    }
+
+
+@tiny(
+    "AllegroTransformer3DModel",
+    patch_size=2, patch_size_t=1, num_attention_heads=4, attention_head_dim=8, in_channels=4, out_channels=4,
+    num_layers=2, cross_attention_dim=32, sample_height=8, sample_width=8, sample_frames=2, caption_channels=16,
+)
+def _allegro(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 2, 8, 8),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([500.0]),
+        "encoder_attention_mask": torch.tensor([[1, 1, 1, 1, 0, 0]]),
+    }
+
+
+# CogVideoX-style blocks with rotary embeddings and the face-identity branch on: a local facial extractor
+# (2 scales of ViT features) and a Perceiver cross-attention after every block (kv width 64 * 2/3 = 42).
+@tiny(
+    "ConsisIDTransformer3DModel",
+    num_attention_heads=4, attention_head_dim=16, in_channels=4, out_channels=4, time_embed_dim=16,
+    text_embed_dim=16, num_layers=2, sample_width=8, sample_height=8, sample_frames=9, patch_size=2,
+    max_text_seq_length=6, use_rotary_positional_embeddings=True, is_train_face=True, cross_attn_interval=1,
+    cross_attn_dim_head=16, cross_attn_num_heads=4, LFE_id_dim=16, LFE_vit_dim=16, LFE_depth=2, LFE_dim_head=8,
+    LFE_num_heads=2, LFE_num_id_token=2, LFE_num_querie=4, LFE_output_dim=42, LFE_ff_mult=2, LFE_num_scale=2,
+)
+def _consisid(g):
+    from diffusers.models.embeddings import get_3d_rotary_pos_embed
+
+    return {
+        "hidden_states": randn(g, 1, 3, 4, 8, 8),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([500.0]),
+        "image_rotary_emb": get_3d_rotary_pos_embed(16, ((0, 0), (4, 4)), (4, 4), 3),
+        "id_cond": randn(g, 1, 16),
+        "id_vit_hidden": [randn(g, 1, 5, 16), randn(g, 1, 5, 16)],
+    }
+
+
+# Every block MMDiT (mmdit_layers == num_layers, as in the released checkpoints); head_dim 16 so that the
+# 3-D rotary splits it into even (t, h, w) parts.
+@tiny(
+    "EasyAnimateTransformer3DModel",
+    num_attention_heads=4, attention_head_dim=16, in_channels=4, out_channels=4, patch_size=2, sample_width=8,
+    sample_height=8, num_layers=2, mmdit_layers=2, time_embed_dim=16, text_embed_dim=16,
+)
+def _easyanimate(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 2, 8, 8),
+        "timestep": torch.tensor([500.0]),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+    }
+
+
+# ------------------------------------------------------------------- zero-initialised modulations
+
+
+@dataclasses.dataclass(frozen=True)
+class _RedrawnSpec(TinySpec):
+    """A spec whose class zero-initialises some layers (AdaLN gates, the final projection), as training
+    from scratch starts: with them zero, every block's contribution is multiplied by 0 and a sharding
+    error would not show in the output. Those parameters are re-drawn from a seeded normal."""
+
+    redrawn: tuple[str, ...] = ()  # fnmatch patterns of parameter names
+
+    def build(self, seed: int = 0, dtype: torch.dtype = torch.float32):
+        import fnmatch
+
+        model = super().build(seed)
+        generator = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if any(fnmatch.fnmatchcase(name, pattern) for pattern in self.redrawn):
+                    param.copy_(0.1 * torch.randn(param.shape, generator=generator))
+        return model if dtype == torch.float32 else model.to(dtype)
+
+
+def tiny_redrawn(class_name: str, redrawn: tuple[str, ...], **config):
+    def register(make_inputs: Callable[[torch.Generator], dict]):
+        TINY[class_name] = _RedrawnSpec(class_name, config, make_inputs, tuple(redrawn))
+        return make_inputs
+
+    return register
+
+
+# -------------------------------------------------------------------------------------------- Bria
+
+
+@tiny(
+    "BriaTransformer2DModel",
+    patch_size=1, in_channels=4, num_layers=2, num_single_layers=2, attention_head_dim=8, num_attention_heads=4,
+    joint_attention_dim=16, axes_dims_rope=(2, 2, 4),
+)
+def _bria(g):
+    return {
+        "hidden_states": randn(g, 1, 16, 4),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([0.5]),
+        "img_ids": _ids(16, axes=3),
+        "txt_ids": torch.zeros(6, 3),
+    }
+
+
+@tiny(
+    "BriaFiboTransformer2DModel",
+    patch_size=1, in_channels=4, num_layers=2, num_single_layers=2, attention_head_dim=8, num_attention_heads=4,
+    joint_attention_dim=16, axes_dims_rope=(2, 2, 4), text_encoder_dim=16,
+)
+def _bria_fibo(g):
+    # One text-encoder layer per block (2 dual + 2 single), each projected to half the hidden size.
+    return {
+        "hidden_states": randn(g, 1, 16, 4),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "text_encoder_layers": [randn(g, 1, 6, 16) for _ in range(4)],
+        "timestep": torch.tensor([0.5]),
+        "img_ids": _ids(16, axes=3),
+        "txt_ids": torch.zeros(6, 3),
+    }
+
+
+@tiny(
+    "BriaFibo2Transformer2DModel",
+    in_channels=4, patch_size=2, dim=32, n_layers=2, n_refiner_layers=2, n_heads=4, cap_feat_dim=16,
+    injection_layer_ids=(1,), perceiver_num_layers=2, min_num_gist_tokens=4, max_num_gist_tokens=8, gist_step=4,
+    gist_min_text_len=4, gist_max_text_len=12, axes_dims=(2, 2, 4), axes_lens=(16, 8, 8),
+)
+def _bria_fibo2(g):
+    # encoder_hidden_states stacks text-encoder layers: [0] feeds the perceiver, [1] the injection layer.
+    return {
+        "hidden_states": randn(g, 1, 4, 8, 8),
+        "timestep": torch.tensor([0.5]),
+        "encoder_hidden_states": randn(g, 1, 2, 6, 16),
+        "encoder_attention_mask": torch.tensor([[True] * 5 + [False]]),
+        "context_latents": [randn(g, 1, 4, 4, 4)],
+    }
+
+
+# ---------------------------------------------------------------------------------------- CogView3
+
+
+@tiny(
+    "CogView3PlusTransformer2DModel",
+    patch_size=2, in_channels=4, out_channels=4, num_layers=2, attention_head_dim=8, num_attention_heads=4,
+    text_embed_dim=16, time_embed_dim=8, condition_dim=4, pos_embed_max_size=16, sample_size=8,
+)
+def _cogview3plus(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 8, 8),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([500.0]),
+        "original_size": torch.tensor([[64.0, 64.0]]),
+        "target_size": torch.tensor([[64.0, 64.0]]),
+        "crop_coords": torch.tensor([[0.0, 0.0]]),
+    }
+
+
+# -------------------------------------------------------------------------------------- ERNIE-Image
+
+
+@tiny_redrawn(
+    "ErnieImageTransformer2DModel", ("adaLN_modulation.1.*", "final_linear.*"),
+    hidden_size=32, num_attention_heads=4, num_layers=2, ffn_hidden_size=64, in_channels=4, out_channels=4,
+    patch_size=1, text_in_dim=16, rope_axes_dim=(2, 2, 4),
+)
+def _ernie_image(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 4, 4),
+        "timestep": torch.tensor([500.0]),
+        "text_bth": randn(g, 1, 6, 16),
+        "text_lens": torch.tensor([5]),
+    }
+
+
+# --------------------------------------------------------------------------------------- Ideogram 4
+
+
+@tiny(
+    "Ideogram4Transformer2DModel",
+    in_channels=16, num_layers=2, attention_head_dim=8, num_attention_heads=4, intermediate_size=64, adaln_dim=16,
+    llm_features_dim=24, rope_theta=10000, mrope_section=(2, 1, 1),
+)
+def _ideogram4(g):
+    # One packed sequence: 6 text tokens (indicator 3), then a 4x4 grid of image tokens (indicator 2).
+    text, image = 6, 16
+    positions = torch.zeros(1, text + image, 3, dtype=torch.long)
+    positions[0, :text] = torch.arange(text)[:, None]
+    positions[0, text:, 0] = text
+    positions[0, text:, 1] = torch.arange(image) // 4
+    positions[0, text:, 2] = torch.arange(image) % 4
+    return {
+        "hidden_states": randn(g, 1, text + image, 16),
+        "timestep": torch.tensor([0.5]),
+        "encoder_hidden_states": randn(g, 1, text + image, 24),
+        "position_ids": positions,
+        "segment_ids": torch.zeros(1, text + image, dtype=torch.long),
+        "indicator": torch.tensor([[3] * text + [2] * image]),
+    }
+
+
+# ----------------------------------------------------------------------------------------- DreamLite
+
+
+@tiny(
+    "DreamLiteTransformer2DModel",
+    num_attention_heads=4, attention_head_dim=8, in_channels=8, num_layers=2, norm_num_groups=4,
+    cross_attention_dim=16, qk_norm="rms_norm", ff_mult=2,
+)
+def _dreamlite(g):
+    return {
+        "hidden_states": randn(g, 1, 8, 4, 4),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+    }
+
+
+# -------------------------------------------------------------------------------------- Nucleus MoE
+
+
+@tiny_redrawn(
+    "NucleusMoEImageTransformer2DModel", ("transformer_blocks.*.img_mlp.experts.*",),  # allocated with torch.empty
+    # dim 48 so that the dense FFN width, int(dim * 8 / 3) // 128 * 128, is not 0. Block 0 is dense,
+    # block 1 MoE (4 experts, each choosing 8 of the 16 image tokens).
+    patch_size=2, in_channels=16, num_layers=2, attention_head_dim=12, num_attention_heads=4, num_key_value_heads=2,
+    joint_attention_dim=16, axes_dims_rope=(4, 4, 4), dense_moe_strategy="leave_first_block_dense", num_experts=4,
+    moe_intermediate_dim=32, capacity_factors=2.0,
+)
+def _nucleus_moe_image(g):
+    return {
+        "hidden_states": randn(g, 1, 16, 16),
+        "img_shapes": [(1, 4, 4)],
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "encoder_hidden_states_mask": torch.tensor([[True] * 5 + [False]]),
+        "timestep": torch.tensor([0.5]),
+    }
+
+
+# --------------------------------------------------------------------------------------------- PRX
+
+
+@tiny_redrawn(
+    "PRXTransformer2DModel", ("blocks.*.modulation.lin.*",),
+    in_channels=4, patch_size=2, context_in_dim=16, hidden_size=32, mlp_ratio=2.0, num_heads=4, depth=2,
+    axes_dim=[4, 4],
+)
+def _prx(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 8, 8),
+        "timestep": torch.tensor([0.5]),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "attention_mask": torch.tensor([[True] * 5 + [False]]),
+    }
+
+
+# ------------------------------------------------------------------------------------------ AnyFlow
+
+_ANYFLOW_TINY = dict(
+    patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=12, in_channels=4, out_channels=4, text_dim=16,
+    freq_dim=16, ffn_dim=32, num_layers=2, rope_max_seq_len=32,
+)
+
+
+def _anyflow_inputs(g, frames: int) -> dict:
+    # Per-frame latents (B, F, C, H, W); a source timestep t and a target timestep r per frame.
+    return {
+        "hidden_states": randn(g, 1, frames, 4, 8, 8),
+        "timestep": torch.full((1, frames), 500.0),
+        "r_timestep": torch.full((1, frames), 250.0),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+    }
+
+
+@tiny("AnyFlowTransformer3DModel", **_ANYFLOW_TINY)
+def _anyflow(g):
+    return _anyflow_inputs(g, frames=2)
+
+
+# ----------------------------------------------------------------------------------------- JoyImage
+
+_JOYIMAGE_TINY = dict(
+    patch_size=[1, 2, 2], in_channels=4, hidden_size=32, num_attention_heads=4, text_dim=16, mlp_width_ratio=2.0,
+    num_layers=2, rope_dim_list=[2, 2, 4],
+)
+
+
+@tiny("JoyImageEditTransformer3DModel", **_JOYIMAGE_TINY)
+def _joyimage_edit(g):
+    return {
+        "hidden_states": randn(g, 1, 4, 1, 8, 8),
+        "timestep": torch.tensor([500.0]),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+    }
+
+
+@tiny("JoyImageEditPlusTransformer3DModel", **_JOYIMAGE_TINY)
+def _joyimage_edit_plus(g):
+    # Pre-patchified input (B, patches, C, pt, ph, pw): a 2x4 target and a 2x2 reference, padded to 14 patches.
+    return {
+        "hidden_states": randn(g, 1, 14, 4, 1, 2, 2),
+        "timestep": torch.tensor([500.0]),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "encoder_hidden_states_mask": torch.tensor([[1, 1, 1, 1, 1, 0]]),
+        "shape_list": [[(1, 2, 4), (1, 2, 2)]],
+    }
+
+
+# -------------------------------------------------------------------------------------- Kandinsky 6
+
+
+@tiny(
+    "Kandinsky6Transformer3DModel",
+    in_visual_dim=4, out_visual_dim=4, in_text_dim=16, in_text_dim2=8, time_dim=16, patch_size=(1, 2, 2),
+    model_dim=32, ff_dim=64, num_text_blocks=2, num_visual_blocks=2, axes_dims=(4, 2, 2), in_audio_dim=4,
+    out_audio_dim=4, text_token_padding=True, ca_rope=True, cross_gates=True, fix_modulation=True,
+)
+def _kandinsky6(g):
+    # Video latents (B, T, H, W, 2 * 4 + 1: noisy latent, condition latent, condition mask) and audio latents.
+    return {
+        "hidden_states": randn(g, 1, 2, 8, 8, 9),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "pooled_projections": randn(g, 1, 8),
+        "timestep": torch.tensor([500.0]),
+        "audio_hidden_states": randn(g, 1, 5, 4),
+    }
+
+
+# -------------------------------------------------------------------------------------- Motif-Video
+
+
+@tiny(
+    "MotifVideoTransformer3DModel",
+    in_channels=4, out_channels=4, num_attention_heads=4, attention_head_dim=8, num_layers=2, num_single_layers=3,
+    num_decoder_layers=1, mlp_ratio=2.0, patch_size=2, patch_size_t=1, text_embed_dim=16, image_embed_dim=8,
+    rope_axes_dim=(2, 2, 4), enable_text_cross_attention_dual=True, enable_text_cross_attention_single=True,
+)
+def _motif_video(g):
+    # Text cross-attention in every block but the last single-stream one (a decoder block, which attends
+    # the encoder output instead of the text).
+    return {
+        "hidden_states": randn(g, 1, 4, 2, 8, 8),
+        "timestep": torch.tensor([500.0]),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "encoder_attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]]),
+        "image_embeds": randn(g, 1, 3, 8),
+    }
+
+

@@ -95,7 +95,7 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict, benchmark: s
     from hf_neuron.diffusers.repeated_blocks import installed_repeated_blocks
     from hf_neuron.diffusers.plan_registry import PLANS
     from hf_neuron.diffusers.tensor_parallel import plan_for
-    from hf_neuron.diffusers.unsupported import NOT_COVERED_YET, UNSHARDABLE
+    from hf_neuron.diffusers.unsupported import NO_NEURON_PATH, NOT_COVERED_YET, UNSHARDABLE
 
     classes = all_transformer_classes()
     ours = [n for n in classes if n in PLANS]
@@ -204,7 +204,12 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict, benchmark: s
     for name in classes:
         if classes[name]._tp_plan is None:
             reason = UNSHARDABLE.get(name)
-            why = f"cannot be sharded usefully: {reason}" if reason else NOT_COVERED_YET.get(name, "not examined")
+            if reason:
+                why = f"cannot be sharded usefully: {reason}"
+            elif name in NO_NEURON_PATH:
+                why = f"no neuron path: {NO_NEURON_PATH[name]}"
+            else:
+                why = NOT_COVERED_YET.get(name, "not examined")
             lines.append(f"| {name} | {why} |")
 
     if benchmark:
