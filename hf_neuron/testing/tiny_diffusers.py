@@ -883,14 +883,7 @@ def _bria_fibo2(g):
     text_embed_dim=16, time_embed_dim=8, condition_dim=4, pos_embed_max_size=16, sample_size=8,
 )
 def _cogview3plus(g):
-    return {
-        "hidden_states": randn(g, 1, 4, 8, 8),
-        "encoder_hidden_states": randn(g, 1, 6, 16),
-        "timestep": torch.tensor([500.0]),
-        "original_size": torch.tensor([[64.0, 64.0]]),
-        "target_size": torch.tensor([[64.0, 64.0]]),
-        "crop_coords": torch.tensor([[0.0, 0.0]]),
-    }
+    return _cogview4(g)  # the same conditioning inputs as CogView4
 
 
 # -------------------------------------------------------------------------------------- ERNIE-Image
