@@ -8,6 +8,7 @@ hidden size of a few dozen and an even head count, so TP=2 splits whole heads.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import importlib
 from typing import Callable
 
@@ -16,9 +17,15 @@ import torch
 
 @dataclasses.dataclass(frozen=True)
 class TinySpec:
+    """``redrawn``: fnmatch patterns of parameters re-drawn from a seeded normal after the seeded build.
+    Some classes zero-initialise layers (AdaLN gates, the final projection), as training from scratch
+    starts, or allocate them with ``torch.empty``: with them zero every block's contribution is multiplied
+    by 0, and a sharding error would not show in the output."""
+
     class_name: str
     config: dict
     make_inputs: Callable[[torch.Generator], dict]
+    redrawn: tuple[str, ...] = ()
 
     def model_class(self):
         import diffusers
@@ -33,6 +40,12 @@ class TinySpec:
         cls = self.model_class()
         torch.manual_seed(seed)
         model = cls(**self.config).eval()
+        if self.redrawn:
+            generator = torch.Generator().manual_seed(seed + 1)
+            with torch.no_grad():
+                for name, param in model.named_parameters():
+                    if any(fnmatch.fnmatchcase(name, pattern) for pattern in self.redrawn):
+                        param.copy_(0.1 * torch.randn(param.shape, generator=generator))
         return model if dtype == torch.float32 else model.to(dtype)
 
     def inputs(self, seed: int = 0, device="cpu", dtype: torch.dtype = torch.float32) -> dict:
@@ -54,9 +67,9 @@ def _to(value, device, dtype):
 TINY: dict[str, TinySpec] = {}
 
 
-def tiny(class_name: str, **config):
+def tiny(class_name: str, *, redrawn: tuple[str, ...] = (), **config):
     def register(make_inputs: Callable[[torch.Generator], dict]):
-        TINY[class_name] = TinySpec(class_name, config, make_inputs)
+        TINY[class_name] = TinySpec(class_name, config, make_inputs, tuple(redrawn))
         return make_inputs
 
     return register
@@ -157,6 +170,18 @@ def _ids(rows: int, axes: int = 4, offset: int = 0) -> torch.Tensor:
     ids[:, -2] = torch.arange(rows) // 4
     ids[:, -1] = torch.arange(rows) % 4
     return ids
+
+
+def _flux_layout_inputs(g):
+    """Inputs of the Flux-layout transformers without pooled or guidance inputs: 16 packed image rows
+    (a 4x4 grid), 6 text rows, position ids over 3 axes."""
+    return {
+        "hidden_states": randn(g, 1, 16, 4),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([0.5]),
+        "img_ids": _ids(16, axes=3),
+        "txt_ids": torch.zeros(6, 3),
+    }
 
 
 @tiny(
@@ -328,13 +353,7 @@ def _qwenimage(g):
     approximator_layers=1,
 )
 def _chroma(g):
-    return {
-        "hidden_states": randn(g, 1, 16, 4),
-        "encoder_hidden_states": randn(g, 1, 6, 16),
-        "timestep": torch.tensor([0.5]),
-        "img_ids": _ids(16, axes=3),
-        "txt_ids": torch.zeros(6, 3),
-    }
+    return _flux_layout_inputs(g)
 
 
 @tiny(
@@ -477,13 +496,7 @@ def _krea2(g):
     joint_attention_dim=16, pooled_projection_dim=16, axes_dims_rope=[2, 2, 4],
 )
 def _longcat_image(g):
-    return {
-        "hidden_states": randn(g, 1, 16, 4),
-        "encoder_hidden_states": randn(g, 1, 6, 16),
-        "timestep": torch.tensor([0.5]),
-        "img_ids": _ids(16, axes=3),
-        "txt_ids": torch.zeros(6, 3),
-    }
+    return _flux_layout_inputs(g)
 
 
 @tiny(
@@ -492,13 +505,7 @@ def _longcat_image(g):
     num_attention_heads=4, joint_attention_dim=16, axes_dims_rope=(2, 2, 4),
 )
 def _ovis_image(g):
-    return {
-        "hidden_states": randn(g, 1, 16, 4),
-        "encoder_hidden_states": randn(g, 1, 6, 16),
-        "timestep": torch.tensor([0.5]),
-        "img_ids": _ids(16, axes=3),
-        "txt_ids": torch.zeros(6, 3),
-    }
+    return _flux_layout_inputs(g)
 
 
 @tiny(
@@ -791,37 +798,6 @@ def _easyanimate(g):
     }
 
 
-# ------------------------------------------------------------------- zero-initialised modulations
-
-
-@dataclasses.dataclass(frozen=True)
-class _RedrawnSpec(TinySpec):
-    """A spec whose class zero-initialises some layers (AdaLN gates, the final projection), as training
-    from scratch starts: with them zero, every block's contribution is multiplied by 0 and a sharding
-    error would not show in the output. Those parameters are re-drawn from a seeded normal."""
-
-    redrawn: tuple[str, ...] = ()  # fnmatch patterns of parameter names
-
-    def build(self, seed: int = 0, dtype: torch.dtype = torch.float32):
-        import fnmatch
-
-        model = super().build(seed)
-        generator = torch.Generator().manual_seed(seed + 1)
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if any(fnmatch.fnmatchcase(name, pattern) for pattern in self.redrawn):
-                    param.copy_(0.1 * torch.randn(param.shape, generator=generator))
-        return model if dtype == torch.float32 else model.to(dtype)
-
-
-def tiny_redrawn(class_name: str, redrawn: tuple[str, ...], **config):
-    def register(make_inputs: Callable[[torch.Generator], dict]):
-        TINY[class_name] = _RedrawnSpec(class_name, config, make_inputs, tuple(redrawn))
-        return make_inputs
-
-    return register
-
-
 # -------------------------------------------------------------------------------------------- Bria
 
 
@@ -831,13 +807,7 @@ def tiny_redrawn(class_name: str, redrawn: tuple[str, ...], **config):
     joint_attention_dim=16, axes_dims_rope=(2, 2, 4),
 )
 def _bria(g):
-    return {
-        "hidden_states": randn(g, 1, 16, 4),
-        "encoder_hidden_states": randn(g, 1, 6, 16),
-        "timestep": torch.tensor([0.5]),
-        "img_ids": _ids(16, axes=3),
-        "txt_ids": torch.zeros(6, 3),
-    }
+    return _flux_layout_inputs(g)
 
 
 @tiny(
@@ -889,8 +859,8 @@ def _cogview3plus(g):
 # -------------------------------------------------------------------------------------- ERNIE-Image
 
 
-@tiny_redrawn(
-    "ErnieImageTransformer2DModel", ("adaLN_modulation.1.*", "final_linear.*"),
+@tiny(
+    "ErnieImageTransformer2DModel", redrawn=("adaLN_modulation.1.*", "final_linear.*"),
     hidden_size=32, num_attention_heads=4, num_layers=2, ffn_hidden_size=64, in_channels=4, out_channels=4,
     patch_size=1, text_in_dim=16, rope_axes_dim=(2, 2, 4),
 )
@@ -947,8 +917,8 @@ def _dreamlite(g):
 # -------------------------------------------------------------------------------------- Nucleus MoE
 
 
-@tiny_redrawn(
-    "NucleusMoEImageTransformer2DModel", ("transformer_blocks.*.img_mlp.experts.*",),  # allocated with torch.empty
+@tiny(
+    "NucleusMoEImageTransformer2DModel", redrawn=("transformer_blocks.*.img_mlp.experts.*",),  # allocated with torch.empty
     # dim 48 so that the dense FFN width, int(dim * 8 / 3) // 128 * 128, is not 0. Block 0 is dense,
     # block 1 MoE (4 experts, each choosing 8 of the 16 image tokens).
     patch_size=2, in_channels=16, num_layers=2, attention_head_dim=12, num_attention_heads=4, num_key_value_heads=2,
@@ -968,8 +938,8 @@ def _nucleus_moe_image(g):
 # --------------------------------------------------------------------------------------------- PRX
 
 
-@tiny_redrawn(
-    "PRXTransformer2DModel", ("blocks.*.modulation.lin.*",),
+@tiny(
+    "PRXTransformer2DModel", redrawn=("blocks.*.modulation.lin.*",),
     in_channels=4, patch_size=2, context_in_dim=16, hidden_size=32, mlp_ratio=2.0, num_heads=4, depth=2,
     axes_dim=[4, 4],
 )
