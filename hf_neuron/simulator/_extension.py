@@ -19,11 +19,14 @@ def _build_dir(csrc: Path, cache_kind: str) -> Path:
 
     The torch installation's folder is part of the key, not only its version: two environments
     with the same torch (a virtual environment beside the system one) compile against different
-    include paths, and sharing one folder would make each rebuild the other's extension.
+    include paths, and sharing one folder would make each rebuild the other's extension. The
+    sources' folder is part of it too: torch's builder writes the source paths into the folder's
+    ninja file, so two checkouts of hf_neuron sharing a folder would recompile on every switch.
     """
     import torch
 
     digest = hashlib.sha256(str(Path(torch.__file__).resolve().parent).encode())
+    digest.update(str(csrc.resolve()).encode())
     for name in sorted(p.name for p in csrc.iterdir() if p.suffix in (".cpp", ".h")):
         digest.update(name.encode())
         digest.update((csrc / name).read_bytes())

@@ -32,3 +32,15 @@ def test_build_folder_without_leftover_is_left_alone(tmp_path, monkeypatch, caps
     monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: "module")
     assert ext.build_and_load("m", ext._CSRC, ext._SOURCES, "simulator", None) == "module"
     assert "interrupted" not in capsys.readouterr().err
+
+
+def test_each_checkout_of_the_sources_builds_in_its_own_folder(tmp_path, monkeypatch):
+    # torch's builder writes the absolute source paths into the folder's ninja file: two checkouts
+    # sharing a folder (a clone beside a worktree) would recompile the extension on every switch.
+    import shutil
+
+    monkeypatch.setenv("HF_NEURON_CACHE", str(tmp_path / "cache"))
+    copy = shutil.copytree(ext._CSRC, tmp_path / "checkout" / "csrc")
+    first = ext._build_dir(ext._CSRC, "simulator")
+    assert ext._build_dir(ext._CSRC, "simulator") == first
+    assert ext._build_dir(copy, "simulator") != first
