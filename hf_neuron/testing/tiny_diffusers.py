@@ -816,15 +816,9 @@ def _bria(g):
     joint_attention_dim=16, axes_dims_rope=(2, 2, 4), text_encoder_dim=16,
 )
 def _bria_fibo(g):
-    # One text-encoder layer per block (2 dual + 2 single), each projected to half the hidden size.
-    return {
-        "hidden_states": randn(g, 1, 16, 4),
-        "encoder_hidden_states": randn(g, 1, 6, 16),
-        "text_encoder_layers": [randn(g, 1, 6, 16) for _ in range(4)],
-        "timestep": torch.tensor([0.5]),
-        "img_ids": _ids(16, axes=3),
-        "txt_ids": torch.zeros(6, 3),
-    }
+    # One text-encoder layer per block (2 dual + 2 single), each projected to half the hidden size; drawn
+    # after the Flux-layout inputs.
+    return {**_flux_layout_inputs(g), "text_encoder_layers": [randn(g, 1, 6, 16) for _ in range(4)]}
 
 
 @tiny(
