@@ -852,3 +852,62 @@ def _motif_video() -> dict:
     return plan
 
 
+
+
+# ------------------------------------------------------------------------------------ Wan Animate
+
+
+@tp_plan(
+    "WanAnimateTransformer3DModel", "transformer_wan_animate", across_heads_norms=_WAN_NORMS,
+    # Each face adapter is itself the attention module (the ModuleList element), so its head count is
+    # made per-rank as a local size.
+    local_sizes={"face_adapter.*": ("heads",)},
+)
+def _wan_animate() -> dict:
+    # Wan blocks plus the face adapters: temporally aligned cross-attention to the face motion features,
+    # with per-head QK norms (the motion / face encoders stay replicated).
+    return {**_wan_blocks(), **attention("face_adapter.*", out=("to_out",))}
+
+
+@tp_plan(
+    "WanAnimate2Transformer3DModel", "transformer_wan_animate_2",
+    across_heads_norms=tuple(
+        f"blocks.*.{attn}.{norm}"
+        for attn, norms in (("self_attn", ("norm_q", "norm_k")), ("cross_attn", ("norm_q", "norm_k", "norm_added_k")))
+        for norm in norms
+    ),
+)
+def _wan_animate_2() -> dict:
+    # Wan 2.1-style blocks (QK norms across heads); the reference KV cache holds each rank's own heads.
+    return {
+        **attention("blocks.*.self_attn"),
+        **attention("blocks.*.cross_attn", qkv=("to_q", "to_k", "to_v", "add_k_proj", "add_v_proj")),
+        "blocks.*.ffn.0": "colwise",
+        "blocks.*.ffn.2": "rowwise",
+    }
+
+
+# -------------------------------------------------------------------------------------- Sana-Video
+
+
+@tp_plan(
+    "SanaVideoTransformer3DModel", "transformer_sana_video",
+    across_heads_norms=tuple(f"transformer_blocks.*.{a}.{n}" for a in ("attn1", "attn2") for n in ("norm_q", "norm_k")),
+    notes="attention only: the GLUMBTempConv feed-forward is made of Conv2d layers, which torch's "
+          "ColwiseParallel/RowwiseParallel do not shard, so it stays replicated",
+)
+def _sana_video() -> dict:
+    # Sana's linear self-attention and softmax cross-attention, with QK RMSNorms over all heads and a
+    # per-head rotary embedding (it broadcasts over the heads, so each rank applies it to its own).
+    return {**attention("transformer_blocks.*.attn1"), **attention("transformer_blocks.*.attn2")}
+
+
+# ------------------------------------------------------------------------------------- Stable Audio
+
+
+@tp_plan("StableAudioDiTModel", "stable_audio_transformer")
+def _stable_audio() -> dict:
+    # GQA cross-attention: the processor derives the local key/value head count from the local k width,
+    # and contiguous colwise shards keep each rank's query heads with the key/value heads they repeat.
+    blocks = "transformer_blocks.*"
+    return {**attention(f"{blocks}.attn1"), **attention(f"{blocks}.attn2"), **swiglu_feed_forward(f"{blocks}.ff")}

@@ -37,9 +37,8 @@ NOT_COVERED_YET: dict[str, str] = {
     name: "shardable with the same colwise/rowwise rules; no plan written and proven yet"
     for name in (
         "AceStepTransformer1DModel", "Cosmos3OmniTransformer", "LongCatAudioDiTTransformer",
-        "MiniMaxMusic3Transformer1DModel", "SanaVideoTransformer3DModel", "SanaWMLTX2RefinerTransformer3DModel",
-        "SanaWMTransformer3DModel", "StableAudio3DiTModel", "StableAudioDiTModel", "WanAnimate2Transformer3DModel",
-        "WanAnimateTransformer3DModel",
+        "MiniMaxMusic3Transformer1DModel", "SanaWMLTX2RefinerTransformer3DModel",
+        "SanaWMTransformer3DModel", "StableAudio3DiTModel",
     )
 }
 

@@ -343,6 +343,24 @@ def _qwenimage(g):
     }
 
 
+@tiny(
+    "QwenImage21Transformer2DModel",
+    patch_size=1, in_channels=8, out_channels=8, num_layers=2, attention_head_dim=16, num_attention_heads=4,
+    context_in_dim=16, mlp_ratio=2, axes_dims_rope=(4, 6, 6),
+)
+def _qwenimage21(g):
+    # Text to image: the encoder sequence is 6 text slots then 4 image slots, each slot standing for 2x2
+    # latent tokens of the 4x4 target grid; the last prompt token is padding.
+    return {
+        "hidden_states": randn(g, 1, 16, 8),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([0.5]),
+        "img_shapes": [[(1, 4, 4)]],
+        "img_mask": torch.tensor([[False] * 6 + [True] * 4]),
+        "encoder_hidden_states_mask": torch.tensor([[True] * 5 + [False]]),
+    }
+
+
 # ------------------------------------------------------------------------------------------ Chroma
 
 
@@ -1039,3 +1057,91 @@ def _motif_video(g):
     }
 
 
+
+
+# ------------------------------------------------------------------------------------ Wan Animate
+
+
+@tiny(
+    "WanAnimateTransformer3DModel",
+    **{k: v for k, v in _WAN_TINY.items() if k != "in_channels"}, in_channels=12, latent_channels=4, image_dim=16,
+    motion_encoder_channel_sizes={"4": 16, "8": 16, "16": 16}, motion_encoder_size=16, motion_style_dim=8,
+    motion_dim=4, motion_encoder_dim=16, face_encoder_hidden_dim=16, face_encoder_num_heads=2,
+    inject_face_latents_blocks=1,
+)
+def _wan_animate(g):
+    # 5 face frames become 3 motion frames (the face encoder's strided convs plus a leading pad), one per
+    # latent frame of the 3-frame video (the reference frame, then 2 frames that also get pose latents).
+    return {
+        "hidden_states": randn(g, 1, 12, 3, 8, 8),
+        "timestep": torch.tensor([500.0]),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "encoder_hidden_states_image": randn(g, 1, 4, 16),
+        "pose_hidden_states": randn(g, 1, 4, 2, 8, 8),
+        "face_pixel_values": randn(g, 1, 3, 5, 16, 16),
+    }
+
+
+@tiny(
+    "WanAnimate2Transformer3DModel",
+    patch_size=(1, 2, 2), text_len=8, in_dim=8, dim=48, ffn_dim=64, freq_dim=16, text_dim=16, out_dim=4,
+    num_heads=4, num_layers=2,
+)
+def _wan_animate_2(g):
+    # The reference pass (kv_cache_mode="extract"), which fills a fresh per-layer KV cache; the image
+    # projection's input width is fixed at CLIP's 1280.
+    from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache
+
+    return {
+        "hidden_states": [randn(g, 4, 2, 8, 8)],
+        "timestep": torch.tensor([500.0]),
+        "encoder_hidden_states": [randn(g, 6, 16)],
+        "condition_latents": [randn(g, 4, 2, 8, 8)],
+        "encoder_hidden_states_image": randn(g, 1, 3, 1280),
+        "kv_cache": WanAnimate2KVCache(2),
+        "kv_cache_mode": "extract",
+        "seq_len": 2 * 4 * 4,
+        "offset_grid_sizes": torch.tensor([[2, 4, 4]]),
+    }
+
+
+# -------------------------------------------------------------------------------------- Sana-Video
+
+
+@tiny(
+    "SanaVideoTransformer3DModel",
+    in_channels=4, out_channels=4, num_attention_heads=4, attention_head_dim=12, num_layers=2,
+    num_cross_attention_heads=4, cross_attention_head_dim=12, cross_attention_dim=48, caption_channels=16,
+    sample_size=8,
+)
+def _sana_video(g):
+    # head_dim 12 splits into even rotary parts (frames 4, height 4, width 4).
+    return {
+        "hidden_states": randn(g, 1, 4, 2, 8, 8),
+        "encoder_hidden_states": randn(g, 1, 6, 16),
+        "timestep": torch.tensor([500.0]),
+        "encoder_attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]]),
+    }
+
+
+# ------------------------------------------------------------------------------------- Stable Audio
+
+
+@tiny(
+    "StableAudioDiTModel",
+    sample_size=8, in_channels=4, num_layers=2, attention_head_dim=8, num_attention_heads=4,
+    num_key_value_attention_heads=2, out_channels=4, cross_attention_dim=16, time_proj_dim=16,
+    global_states_input_dim=16, cross_attention_input_dim=16,
+)
+def _stable_audio(g):
+    # As the pipeline calls it: one global (duration) token is prepended to the 8 latent steps, and the
+    # rotary embedding covers half of each head's features over those 9 positions.
+    from diffusers.models.embeddings import get_1d_rotary_pos_embed
+
+    return {
+        "hidden_states": randn(g, 1, 4, 8),
+        "timestep": torch.tensor([0.5]),
+        "encoder_hidden_states": randn(g, 1, 5, 16),
+        "global_hidden_states": randn(g, 1, 1, 16),
+        "rotary_embedding": get_1d_rotary_pos_embed(4, 9, use_real=True, repeat_interleave_real=False),
+    }

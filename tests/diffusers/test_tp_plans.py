@@ -25,11 +25,16 @@ def tp_results(tmp_path_factory):
 
 def test_every_plan_has_a_tiny_proof():
     assert set(PLANS) <= set(TINY), sorted(set(PLANS) - set(TINY))
-    assert len(PLANS) >= 53  # the README's figure
+    assert len(PLANS) >= 57  # the README's figure
 
 
 # Upstream's own plans, checked by the same launch (their classes have a tiny model too).
-UPSTREAM_PLANS = ("FluxTransformer2DModel", "Flux2Transformer2DModel", "QwenImageTransformer2DModel")
+UPSTREAM_PLANS = (
+    "FluxTransformer2DModel", "Flux2Transformer2DModel", "QwenImageTransformer2DModel", "QwenImage21Transformer2DModel",
+)
+#: Plans that leave more of the block weights replicated: Sana-Video's feed-forward is made of Conv2d
+#: layers (GLUMBTempConv), which colwise/rowwise do not shard (about 43% of the released model's blocks).
+MIN_SHARDED_SHARE = {"SanaVideoTransformer3DModel": 0.40}
 
 
 @pytest.mark.parametrize("class_name", sorted(PLANS) + list(UPSTREAM_PLANS))
@@ -39,7 +44,7 @@ def test_tp2_equals_tp1(tp_results, class_name):
     for mode in ("memory", "pretrained"):
         assert record[mode]["max_abs_diff"] <= 1e-5
     # The plan shards the bulk of the block weights (the rest: AdaLN modulation, norms, convs).
-    assert record["sharded_fraction"] >= 0.45
+    assert record["sharded_fraction"] >= MIN_SHARDED_SHARE.get(class_name, 0.45)
 
 
 # SD3's attention processor splits heads with `attn.heads`; Wan normalises q/k across all heads.
