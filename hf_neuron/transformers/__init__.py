@@ -12,6 +12,8 @@ Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies n
 - :mod:`.cache_dtype`: a static cache takes the states of a mixed-precision forward.
 - :mod:`.cache_shapes`: Falcon's static cache, allocated ahead, has Falcon's key/value head count.
 - :mod:`.cache_allocation`: linear- and latent-attention cache layers are allocated before the first compiled forward.
+- :mod:`.recurrent_cache`: state-space models (Mamba, Falcon-Mamba, Mamba-2) generate compiled with a
+  static cache of recurrent state.
 - :mod:`.traced_cache_length`: forwards that read the static cache's length inside the graph (MPT's
   ALiBi, Inkling's masks) compile into two graphs.
 - :mod:`.moe_dispatch`: DBRX's and LongCat-Flash's expert layers run upstream's static "batched_mm"
@@ -46,7 +48,7 @@ from hf_neuron.transformers.warmup import WarmupReport, warmup
 FIX_MODULES = (
     "generation", "cache", "placement", "loading", "tensor_parallel", "checkpointing", "training_batches", "evaluation",
     "resume", "cache_dtype", "compiled_call", "recompile_limit", "cache_shapes", "cache_allocation",
-    "traced_cache_length", "moe_dispatch", "multimodal_merge", "processors", "tp_statistics",
+    "traced_cache_length", "moe_dispatch", "multimodal_merge", "processors", "tp_statistics", "recurrent_cache",
 )
 
 

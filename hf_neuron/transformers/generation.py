@@ -243,6 +243,14 @@ def _given(value) -> bool:
     return value is not None
 
 
+def _holds_no_tokens(cache) -> bool:
+    """Whether ``cache`` starts a generation. A cache of recurrent layers only keeps no length; its
+    prefill takes the prompt as new tokens, as upstream's unchunked prefill does."""
+    from hf_neuron.transformers.recurrent_cache import recurrent_only
+
+    return recurrent_only(cache) or int(cache.get_seq_length()) == 0
+
+
 def _prompt_padding(self, input_ids, generation_config, model_kwargs, is_first_iteration) -> int:
     """Tokens to add on the left so that every prefill chunk is full, or 0."""
     from transformers.generation.utils import MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL
@@ -260,7 +268,7 @@ def _prompt_padding(self, input_ids, generation_config, model_kwargs, is_first_i
     if any(_given(model_kwargs.get(key)) for key in ("mm_token_type_ids", "moe_mm_token_type_ids")):
         return 0
     cache = generation_cache(model_kwargs)
-    if cache is None or not getattr(cache, "is_compileable", False) or int(cache.get_seq_length()) != 0:
+    if cache is None or not getattr(cache, "is_compileable", False) or not _holds_no_tokens(cache):
         return 0
     if generation_config._pad_token_tensor is None:
         return 0

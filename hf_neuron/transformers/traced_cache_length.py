@@ -60,15 +60,24 @@ def generation_step_inputs(model, inputs: dict, *, first: bool) -> dict:
 
     ``generate`` builds the masks of a compileable cache in ``prepare_inputs_for_generation``, outside
     the compiled forward, from the cache's current sizes; a forward given a 2D mask builds them inside
-    instead, where a cache length read as an int is data dependent. Returns ``inputs`` unchanged when
-    ``generate`` would pass the 2D mask too (no compileable cache, or an all-linear one)."""
+    instead, where a cache length read as an int is data dependent. A cache of recurrent layers only
+    keeps the 2D mask, of the step's own tokens, or none after the prefill (as state-space models'
+    input preparation drops it). Returns ``inputs`` unchanged when ``generate`` would pass the 2D mask
+    too (no compileable cache)."""
     from hf_neuron.transformers.generation import cache_keyword, generation_cache
+    from hf_neuron.transformers.recurrent_cache import recurrent_only
 
     cache = generation_cache(inputs)
     mask = inputs.get("attention_mask")
-    if (cache is None or not getattr(cache, "is_compileable", False) or mask is None or mask.dim() != 2
-            or all(getattr(cache, "is_linear", (False,)))):
+    if cache is None or not getattr(cache, "is_compileable", False) or mask is None or mask.dim() != 2:
         return inputs
+    if recurrent_only(cache):
+        tokens = inputs["input_ids"].shape[-1]
+        prepared = model.prepare_inputs_for_generation(
+            inputs["input_ids"], attention_mask=mask[:, -tokens:].clone(), is_first_iteration=first, use_cache=True,
+            **{cache_keyword(): cache},
+        )
+        return {**inputs, "attention_mask": prepared.get("attention_mask")}
     prepared = model.prepare_inputs_for_generation(
         inputs["input_ids"], attention_mask=mask, is_first_iteration=first, use_cache=True,
         **{cache_keyword(): cache},

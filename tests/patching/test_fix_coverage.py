@@ -49,6 +49,12 @@ COVERAGE = {
         "transformers/test_tp_statistics.py::test_gemma3n_tp2_equals_one_device_only_with_the_fix",
     "tp-embedding-read-replicated":
         "transformers/test_tp_embedding_reads.py::test_gemma4_tp2_equals_one_device_only_with_the_fix",
+    "static-cache-recurrent-only":
+        "transformers/test_recurrent_cache.py::test_static_cache_has_no_key_value_shape_to_allocate",
+    "generate-chunked-prefill-recurrent-cache":
+        "transformers/test_recurrent_cache.py::test_without_the_prefill_fix_chunked_prefill_refuses_the_cache",
+    "*mamba-chunk-scan-initial-state":
+        "transformers/test_recurrent_cache.py::test_without_the_scan_fix_later_prefill_chunks_forget_the_state",
     "mpt-alibi-query-length": "transformers/test_traced_cache_length.py::test_mpt_generates_in_two_graphs",
     "generate-cache-despite-config-use-cache-false":
         "transformers/test_traced_cache_length.py::test_mpt_checkpoint_without_cache_generates_compiled",

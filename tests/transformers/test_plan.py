@@ -101,12 +101,12 @@ def test_sft_packed_plan_equals_the_graph_log(tmp_path, fresh_dynamo):
 
 
 def test_eager_architecture_is_planned_with_no_graph_and_its_reason(tmp_path, fresh_dynamo):
-    path = save_tiny_model("mamba", tmp_path / "mamba")
+    path = save_tiny_model("deepseek_v4", tmp_path / "deepseek_v4")
     plan = plan_generation(path, [1], CACHE_LEN, CHUNK)
     assert not plan.compiled and plan.graph_count == 0
     assert "_can_compile_fullgraph=False" in plan.eager_reason
 
-    model = build_model("mamba").to("neuron")
+    model = build_model("deepseek_v4").to("neuron")
     with graph_log.count_graphs() as graphs:
         generate_batches(model, workload_prompts(model.config.vocab_size, (20,)), 1, max_new_tokens=3)
     assert graphs.count == 0

@@ -269,6 +269,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
     # SSM heads: num_heads * head_dim must equal expand * hidden_size (2 * 64).
     "mamba2": {"num_heads": 8},
+    # Mamba's default init (std 0.1) keeps the mixers' outputs and states near zero: the tiny model then
+    # greedily repeats one token whatever its state holds, so a wrong recurrent state goes unseen.
+    "mamba": {"initializer_range": 0.5},
+    "falcon_mamba": {"initializer_range": 0.5},
     # Compressed pattern [[kinds, repeats]]: one global + one local layer.
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
     # The shared transformer block is tied across hybrid layers: it needs at least two of them.
