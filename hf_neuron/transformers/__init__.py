@@ -14,6 +14,8 @@ Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies n
 - :mod:`.cache_allocation`: linear- and latent-attention cache layers are allocated before the first compiled forward.
 - :mod:`.recurrent_cache`: state-space models (Mamba, Falcon-Mamba, Mamba-2) generate compiled with a
   static cache of recurrent state.
+- :mod:`.module_states`: RecurrentGemma, whose recurrent state lives on its modules, generates compiled.
+- :mod:`.indexed_attention`: Qwen4-Exp's sparse-attention indexer and position history in static shapes.
 - :mod:`.traced_cache_length`: forwards that read the static cache's length inside the graph (MPT's
   ALiBi, Inkling's masks) compile into two graphs.
 - :mod:`.moe_dispatch`: DBRX's and LongCat-Flash's expert layers run upstream's static "batched_mm"
@@ -22,6 +24,8 @@ Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies n
   boolean-mask write (Kimi-K2.5, Muse Glimmer).
 - :mod:`.placement`, :mod:`.loading`: ``device_map`` on neuron devices, synchronous loading.
 - :mod:`.tensor_parallel`: ``DistributedConfig(tp_size=N)`` generation that compiles on Neuron.
+- :mod:`.tp_loading`: a checkpoint tensor fusing several projections is read per part under TP (HRM).
+- :mod:`.tp_experts`: Inkling's expert layers run on their local shards with a packed gate/up split under TP.
 - :mod:`.training_batches`: a Trainer's short last batch padded to the full batch size on Neuron.
 - :mod:`.evaluation`: evaluations during compiled training run the compiled model on Neuron.
 - :mod:`.resume`: checkpoints of models sharded at load time can be resumed on Neuron.
@@ -49,6 +53,7 @@ FIX_MODULES = (
     "generation", "cache", "placement", "loading", "tensor_parallel", "checkpointing", "training_batches", "evaluation",
     "resume", "cache_dtype", "compiled_call", "recompile_limit", "cache_shapes", "cache_allocation",
     "traced_cache_length", "moe_dispatch", "multimodal_merge", "processors", "tp_statistics", "recurrent_cache",
+    "indexed_attention", "module_states", "tp_experts", "tp_loading",
 )
 
 

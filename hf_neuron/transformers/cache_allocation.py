@@ -44,6 +44,7 @@ import types
 import torch
 
 from hf_neuron.patching import fix, original, wrap
+from hf_neuron.transformers.indexed_attention import POSITION_HISTORY
 
 FIX_NAME = "static-cache-allocate-every-layer"
 SHAPES_FIX_NAME = "static-cache-early-init-shapes-measured"
@@ -68,10 +69,17 @@ def _has_kv_part(layer) -> bool:
     return isinstance(layer, CacheLayerMixin)
 
 
+#: Marks a cache layer the model's first forward does not write (RecurrentGemma keeps its recurrent
+#: states on its modules, not in its cache's recurrent layers): there is nothing to wait for.
+_UNWRITTEN = "_hf_neuron_unwritten_by_the_forward"
+
+
 def unallocated_layers(cache) -> list[int]:
     """Indices of the cache layers that still wait for their first forward to allocate state."""
     pending = []
     for index, layer in enumerate(getattr(cache, "layers", ())):
+        if vars(layer).get(_UNWRITTEN):
+            continue
         linear = _linear_state_dicts(layer)
         if linear is not None and not any(v is not None for states in linear for v in states.values()):
             pending.append(index)
@@ -151,9 +159,9 @@ class _GroupedMatmulAnyDtype(torch.overrides.TorchFunctionMode):
 def measure_first_forward_states(model, cache, batch_size: int, seq_len: int) -> dict[int, dict]:
     """What the first forward of ``seq_len`` tokens allocates in each pending layer of ``cache``.
 
-    Returns ``{layer index: {"kv": (key like, value like), "indexer": like, "conv": {state: like},
-    "recurrent": {state: like}}}`` where each ``like`` is a ``(shape, dtype)`` pair. ``cache`` is
-    not modified.
+    Returns ``{layer index: {"kv": (key like, value like), "indexer": like, "position_history": like,
+    "conv": {state: like}, "recurrent": {state: like}}}`` where each ``like`` is a ``(shape, dtype)``
+    pair (a layer the forward does not write gets no entry of its own). ``cache`` is not modified.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -197,6 +205,9 @@ def measure_first_forward_states(model, cache, batch_size: int, seq_len: int) ->
         indexer = getattr(layer, _INDEXER_NAME, None)
         if indexer is not None and getattr(before, _INDEXER_NAME, None) is None:
             states["indexer"] = like(indexer)
+        history = vars(layer).get(POSITION_HISTORY)
+        if history is not None and vars(before).get(POSITION_HISTORY) is None:
+            states["position_history"] = like(history)
         linear = _linear_state_dicts(layer)
         if linear is not None:
             conv, recurrent = linear
@@ -210,6 +221,9 @@ def allocate_measured_states(cache, measured: dict[int, dict], device) -> None:
     """Allocate zero states of the measured shapes in ``cache``, through each layer's own init."""
     for index, states in measured.items():
         layer = cache.layers[index]
+        if not any(states.values()):
+            vars(layer)[_UNWRITTEN] = True
+            continue
         if "kv" in states:
             (key_shape, key_dtype), (value_shape, value_dtype) = states["kv"]
             # Static layers take every dimension but the sequence one from these (as Transformers'
@@ -220,6 +234,10 @@ def allocate_measured_states(cache, measured: dict[int, dict], device) -> None:
         if "indexer" in states:
             shape, dtype = states["indexer"]
             layer.lazy_initialization_indexer(torch.zeros((*shape[:-2], 0, shape[-1]), dtype=dtype, device=device))
+        if "position_history" in states:
+            shape, dtype = states["position_history"]
+            vars(layer)[POSITION_HISTORY] = torch.zeros(shape, dtype=dtype, device=device)
+            torch._dynamo.mark_static_address(vars(layer)[POSITION_HISTORY])
         for state_idx, (shape, dtype) in states.get("conv", {}).items():
             layer.lazy_initialization(conv_states=torch.zeros(shape, dtype=dtype, device=device),
                                       state_idx=state_idx, conv_kernel_size=shape[-1])
@@ -241,14 +259,17 @@ def mark_zero_states_as_previous(layer) -> None:
             flags[state_idx] = True
 
 
-def _measurable_ahead(model, prefill_chunk_size) -> bool:
+def _measurable_ahead(model, prefill_chunk_size, *, sharded: bool = False) -> bool:
     """Whether generate's cache for ``model`` can be measured on a fake forward before the first one.
 
-    Upstream allocates ahead only for a compiled (chunked) prefill of a decoder on one device; a
-    sharded model's forward runs collectives, which have no fake form: both keep lazy allocation.
+    Upstream allocates ahead only for a compiled (chunked) prefill of a decoder on one device. A
+    tensor-parallel model (``sharded``) runs collectives in its forward; on fake tensors they neither
+    communicate nor wait for the other ranks (the c10d ops have shape-only kernels), so each rank
+    measures the shapes of its own shard. Only the shapes check takes sharded models: the allocation
+    of every layer keeps lazy allocation for them.
     """
     return (prefill_chunk_size is not None and not model.config.is_encoder_decoder
-            and (getattr(model, "_tp_size", None) or 1) == 1
+            and (sharded or (getattr(model, "_tp_size", None) or 1) == 1)
             and len(set(getattr(model, "hf_device_map", {"": 0}).values())) <= 1)
 
 
@@ -380,7 +401,7 @@ def _reallocate_misallocated(original, self, cache_implementation, batch_size, m
                              model_kwargs, *args, **kwargs):
     cache = original(self, cache_implementation, batch_size, max_cache_len, prefill_chunk_size, model_kwargs,
                      *args, **kwargs)
-    if not _measurable_ahead(self, prefill_chunk_size):
+    if not _measurable_ahead(self, prefill_chunk_size, sharded=True):
         return cache
     key = (batch_size, cache.get_max_length(), prefill_chunk_size, self.dtype, str(self.device))
     memo = self.__dict__.setdefault("_hf_neuron_cache_layouts", {})

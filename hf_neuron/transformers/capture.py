@@ -36,9 +36,11 @@ def chunked_prefill_cache(model, batch_size: int, max_cache_len: int, chunk: int
     from transformers import StaticCache
 
     from hf_neuron.patching import get_fix
-    from hf_neuron.transformers import cache_allocation
+    from hf_neuron.transformers import cache_allocation, module_states
 
     cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=max_cache_len)
+    if get_fix(module_states.STATES_FIX).active and module_states.keeps_module_states(model):
+        module_states.allocate_module_states(model, batch_size)  # as generate then allocates them
     shape = model._get_static_cache_init_shape() if hasattr(model, "_get_static_cache_init_shape") else None
     if shape is not None:
         cache.early_initialization(batch_size=batch_size, num_heads=shape[0], head_dim=shape[1],

@@ -181,21 +181,28 @@ def _forward_reads_embedding_weight(model) -> bool:
     return False
 
 
+def _replicate_embeddings(model, distributed_config, keep_whole) -> None:
+    """Make the automatic vocabulary-parallel rule of each embedding ``keep_whole(name, module)`` selects
+    ``"replicate"``, with the LM head tied to it; a style the user chose is kept."""
+    chosen = distributed_config.tp_plan if isinstance(distributed_config.tp_plan, dict) else {}
+    modules = dict(model.named_modules())
+    whole = {name for name, style in model.tp_plan.items()
+             if style == _AUTOMATIC_EMBEDDING_STYLE and name not in chosen and keep_whole(name, modules.get(name))}
+    # A head tied to a whole embedding shares its (whole) weight, so it cannot be sharded either.
+    for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
+        if source.removesuffix(".weight") in whole and target.removesuffix(".weight") not in chosen:
+            whole.add(target.removesuffix(".weight"))
+    if whole:
+        model._tp_plan = {name: "replicate" if name in whole else style for name, style in model.tp_plan.items()}
+
+
 def _resolve_keeping_read_embeddings_whole(original, self, distributed_config, *args, **kwargs):
     if distributed_config.tp_size > 1 and _forward_reads_embedding_weight(self):
-        chosen = distributed_config.tp_plan if isinstance(distributed_config.tp_plan, dict) else {}
-        whole = {name for name, style in self.tp_plan.items()
-                 if style == _AUTOMATIC_EMBEDDING_STYLE and name.rsplit(".", 1)[-1] == "embed_tokens"
-                 and name not in chosen}
-        # A head tied to a whole embedding shares its (whole) weight, so it cannot be sharded either.
-        for target, source in (getattr(self, "all_tied_weights_keys", None) or {}).items():
-            if source.removesuffix(".weight") in whole and target.removesuffix(".weight") not in chosen:
-                whole.add(target.removesuffix(".weight"))
-        self._tp_plan = {name: "replicate" if name in whole else style for name, style in self.tp_plan.items()}
+        _replicate_embeddings(self, distributed_config, lambda name, module: name.rsplit(".", 1)[-1] == "embed_tokens")
     return original(self, distributed_config, *args, **kwargs)
 
 
-def _embeddings_sharded_by_default() -> bool:
+def _embeddings_sharded_by_default(embedding_class=torch.nn.Embedding) -> bool:
     from transformers import LlamaConfig
     from transformers.distributed.mixin import DistributedMixin
 
@@ -203,7 +210,7 @@ def _embeddings_sharded_by_default() -> bool:
         def __init__(self):
             super().__init__()
             self.config = LlamaConfig(vocab_size=16, hidden_size=8, num_attention_heads=2, num_key_value_heads=2)
-            self.embed_tokens = torch.nn.Embedding(16, 8)
+            self.embed_tokens = embedding_class(16, 8)
 
         @property
         def base_model(self):
@@ -233,6 +240,56 @@ def patch_read_embeddings_replicated() -> None:
     from transformers.distributed.mixin import DistributedMixin
 
     wrap(READ_EMBEDDING_FIX, DistributedMixin, "_resolve_parallel_plans", _resolve_keeping_read_embeddings_whole)
+
+
+POSTPROCESSED_EMBEDDING_FIX = "tp-embedding-postprocessed-replicated"
+
+
+def _post_processes_lookup(module) -> bool:
+    """An embedding whose class overrides the lookup's forward and holds a module it applies there (a norm).
+
+    A forward that only scales the lookup (Gemma's ``ScaledWordEmbedding``) holds no module: a scaled
+    partial sum is the partial sum of the scaled rows, so those stay vocabulary-sharded.
+    """
+    return (isinstance(module, torch.nn.Embedding) and type(module).forward is not torch.nn.Embedding.forward
+            and any(True for _ in module.children()))
+
+
+def _resolve_keeping_postprocessed_embeddings_whole(original, self, distributed_config, *args, **kwargs):
+    if distributed_config.tp_size > 1:
+        _replicate_embeddings(self, distributed_config, lambda name, module: _post_processes_lookup(module))
+    return original(self, distributed_config, *args, **kwargs)
+
+
+class _NormedEmbedding(torch.nn.Embedding):
+    """The detection's embedding: a lookup followed by a normalisation, as Muse Glimmer's and Inkling's."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.embed_norm = torch.nn.LayerNorm(self.embedding_dim, elementwise_affine=False)
+
+    def forward(self, input):
+        return self.embed_norm(super().forward(input))
+
+
+@fix(POSTPROCESSED_EMBEDDING_FIX, "transformers", lambda: _embeddings_sharded_by_default(_NormedEmbedding),
+     waits_for="transformers.distributed.mixin")
+def patch_postprocessed_embeddings_replicated() -> None:
+    """An embedding that normalises its own lookup fails when vocabulary-sharded (Muse Glimmer, Inkling).
+
+    Gap: ``"embedding_rowwise"``, the rule Transformers adds for every ``embed_tokens``, all-reduces
+    the lookup after the module's whole forward. An embedding class that post-processes the lookup in
+    its forward (an RMS norm, in Muse Glimmer's and Inkling's) then runs it on each rank's partial
+    lookup: DTensor's pending mask is reduced twice (``AssertionError``), and a norm of a partial sum
+    is not the norm of the sum. Detected by letting the model mixin build the plans of a base model
+    whose embedding normalises its lookup. Patch: an embedding whose class overrides the forward and
+    holds a module it applies there (a norm; a scale alone is linear and stays sharded), and a head
+    tied to it, is replicated (each rank keeps the whole table); a style the user passes is kept.
+    """
+    from transformers.distributed.mixin import DistributedMixin
+
+    wrap(POSTPROCESSED_EMBEDDING_FIX, DistributedMixin, "_resolve_parallel_plans",
+         _resolve_keeping_postprocessed_embeddings_whole)
 
 
 # ------------------------------------------------------------------ hf_neuron's plans and styles

@@ -55,6 +55,25 @@ COVERAGE = {
         "transformers/test_recurrent_cache.py::test_without_the_prefill_fix_chunked_prefill_refuses_the_cache",
     "*mamba-chunk-scan-initial-state":
         "transformers/test_recurrent_cache.py::test_without_the_scan_fix_later_prefill_chunks_forget_the_state",
+    "qwen4-exp-indexer-static-shapes":
+        "transformers/test_indexed_attention.py::test_without_the_indexer_fix_the_forward_is_not_one_graph",
+    "indexed-cache-fixed-position-history":
+        "transformers/test_indexed_attention.py::test_without_the_history_fix_each_step_compiles_again",
+    "generate-allocates-module-states":
+        "transformers/test_module_states.py::test_without_the_states_fix_the_first_chunk_is_its_own_graph",
+    "recurrent-gemma-prefill-chunk-state":
+        "transformers/test_module_states.py::test_the_chunk_fix_alone_gives_one_pass_logits",
+    "recurrent-gemma-output-cache":
+        "transformers/test_module_states.py::test_without_the_output_fix_the_chunked_prefill_fails",
+    "tp-embedding-postprocessed-replicated":
+        "transformers/test_tp_embedding_reads.py::test_muse_glimmer_tp2_equals_one_device_only_with_the_fix",
+    "tp-all-reduce-local-params":
+        "transformers/test_tp_experts.py::test_without_local_params_the_shared_experts_mix_tensors_and_dtensors",
+    "inkling-tp-plan-packed-experts": "transformers/test_tp_experts.py::test_without_the_packed_split_tp2_logits_differ",
+    "tp-shard-on-read-fused-checkpoint-tensors":
+        "transformers/test_tp_loading.py::test_hrm_tp2_equals_one_device_only_with_the_fix",
+    "deepseek-v4-indexer-without-gradients":
+        "transformers/test_indexed_attention.py::test_deepseek_v4s_indexer_records_nothing_for_autograd",
     "mpt-alibi-query-length": "transformers/test_traced_cache_length.py::test_mpt_generates_in_two_graphs",
     "generate-cache-despite-config-use-cache-false":
         "transformers/test_traced_cache_length.py::test_mpt_checkpoint_without_cache_generates_compiled",

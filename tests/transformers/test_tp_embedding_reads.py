@@ -1,5 +1,6 @@
-"""An embedding whose weight the model's own forward reads stays whole under tensor parallelism (Gemma 4),
-so TP=2 equals one device; other models keep Transformers' vocabulary-parallel embedding."""
+"""An embedding whose weight the model's own forward reads (Gemma 4), or whose class normalises its own
+lookup (Muse Glimmer, Inkling), stays whole under tensor parallelism, so TP=2 equals one device; other
+models keep Transformers' vocabulary-parallel embedding."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 from transformers import DistributedConfig
 
 from hf_neuron.testing.tiny_models import build_model, save_tiny_model
-from hf_neuron.transformers.tensor_parallel import READ_EMBEDDING_FIX
+from hf_neuron.patching import upstream_behaviour
+from hf_neuron.transformers.tensor_parallel import POSTPROCESSED_EMBEDDING_FIX, READ_EMBEDDING_FIX
 
 EMBEDDING, HEAD = "model.language_model.embed_tokens", "lm_head"
 
@@ -36,3 +38,22 @@ def test_gemma4_tp2_equals_one_device_only_with_the_fix(tmp_path, tp2_record):
     assert record["details"]["max_abs_diff"] <= 1e-4
     upstream = tp2_record("gemma4", model_dir, env={"HF_NEURON_DISABLE": READ_EMBEDDING_FIX})
     assert not upstream["ok"] and "mixed torch.Tensor and DTensor" in upstream["reason"], upstream
+
+
+def test_an_embedding_that_normalises_its_lookup_is_replicated():
+    model = build_model("muse_glimmer")
+    embedding = next(name for name, style in model.tp_plan.items() if name.endswith("embed_tokens"))
+    assert _plan(model)[embedding] == "replicate"
+    with upstream_behaviour(POSTPROCESSED_EMBEDDING_FIX):
+        assert _plan(build_model("muse_glimmer"))[embedding] == "embedding_rowwise"
+    # A scaled lookup is linear: Gemma 3's stays vocabulary-sharded.
+    assert _plan(build_model("gemma3_text"))["model.embed_tokens"] == "embedding_rowwise"
+
+
+@pytest.mark.distributed
+def test_muse_glimmer_tp2_equals_one_device_only_with_the_fix(tmp_path, tp2_record):
+    model_dir = save_tiny_model("muse_glimmer", tmp_path / "muse_glimmer", seed=0)
+    record = tp2_record("muse_glimmer", model_dir)
+    assert record["ok"], record["reason"]
+    upstream = tp2_record("muse_glimmer", model_dir, env={"HF_NEURON_DISABLE": POSTPROCESSED_EMBEDDING_FIX})
+    assert not upstream["ok"] and upstream["reason"].startswith("AssertionError"), upstream

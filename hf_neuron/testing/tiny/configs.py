@@ -267,6 +267,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "rope_parameters": {t: {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2]}
                             for t in ("sliding_attention", "full_attention")},
     },
+    # DeepSeek V4's heavily compressed layers pool windows of 128 tokens, longer than every tiny input:
+    # they would compress (and train) nothing. An 8-token window is covered by the inputs of every level.
+    "deepseek_v4": {"compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}},
     # SSM heads: num_heads * head_dim must equal expand * hidden_size (2 * 64).
     "mamba2": {"num_heads": 8},
     # Mamba's default init (std 0.1) keeps the mixers' outputs and states near zero: the tiny model then

@@ -1,0 +1,54 @@
+"""Inkling's expert layers under tensor parallelism: the shared experts run on their local shards and the
+routed experts' fused gate/up parameter is split per half, so TP=2 equals one device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DistributedConfig
+
+from hf_neuron.patching import upstream_behaviour
+from hf_neuron.testing.tiny_models import build_model, save_tiny_model
+from hf_neuron.transformers.tp_experts import FUSED_EXPERTS, LOCAL_FIX, PACKED_FIX
+
+
+def test_the_all_reduce_style_runs_its_module_on_local_tensors():
+    from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES
+
+    style = ALL_PARALLEL_STYLES.get("all_reduce")
+    assert style.should_use_local_tensors(torch.nn.Linear(2, 2))
+    with upstream_behaviour(LOCAL_FIX):
+        assert not style.should_use_local_tensors(torch.nn.Linear(2, 2))
+
+
+def test_inklings_fused_experts_are_split_per_half_and_a_user_plan_wins():
+    model = build_model("inkling_text")
+    glob, layer = f"model.{FUSED_EXPERTS}", f"model.{FUSED_EXPERTS.replace('*', '0')}"
+    assert model.tp_plan[glob] == "packed_colwise"
+    assert model._resolve_parallel_plans(DistributedConfig(tp_size=2))[0][layer] == "packed_colwise"
+    user = {**model.tp_plan, glob: "colwise"}
+    assert model._resolve_parallel_plans(DistributedConfig(tp_size=2, tp_plan=user))[0][layer] == "colwise"
+
+
+@pytest.fixture(scope="module")
+def inkling_dir(tmp_path_factory):
+    return save_tiny_model("inkling_text", tmp_path_factory.mktemp("inkling"), seed=0)
+
+
+@pytest.mark.distributed
+def test_inkling_tp2_equals_one_device(inkling_dir, tp2_record):
+    record = tp2_record("inkling_text", inkling_dir)
+    assert record["ok"], record["reason"]
+    assert record["details"]["max_abs_diff"] <= 1e-4
+
+
+@pytest.mark.distributed
+def test_without_local_params_the_shared_experts_mix_tensors_and_dtensors(inkling_dir, tp2_record):
+    upstream = tp2_record("inkling_text", inkling_dir, env={"HF_NEURON_DISABLE": LOCAL_FIX})
+    assert not upstream["ok"] and "mixed torch.Tensor and DTensor" in upstream["reason"], upstream
+
+
+@pytest.mark.distributed
+def test_without_the_packed_split_tp2_logits_differ(inkling_dir, tp2_record):
+    upstream = tp2_record("inkling_text", inkling_dir, env={"HF_NEURON_DISABLE": PACKED_FIX})
+    assert not upstream["ok"] and "logits differ" in upstream["reason"], upstream
