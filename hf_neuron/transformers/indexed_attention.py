@@ -35,12 +35,10 @@ from hf_neuron.patching import fix, replace, wrap
 
 INDEXER_FIX = "qwen4-exp-indexer-static-shapes"
 HISTORY_FIX = "indexed-cache-fixed-position-history"
-
 DEEPSEEK_V4_FIX = "deepseek-v4-indexer-without-gradients"
 
 QWEN4_EXP_MODULE = "transformers.models.qwen4_exp.modeling_qwen4_exp"
 DEEPSEEK_V4_MODULE = "transformers.models.deepseek_v4.modeling_deepseek_v4"
-CACHE_MODULE = "transformers.cache_utils"
 
 #: Where a static indexed cache layer keeps its fixed position history (``[position dims, batch,
 #: max_cache_len]``, long): read by the early cache allocation, which allocates it ahead.

@@ -32,7 +32,6 @@ STATES_FIX = "generate-allocates-module-states"
 CHUNK_FIX = "recurrent-gemma-prefill-chunk-state"
 OUTPUT_FIX = "recurrent-gemma-output-cache"
 
-GENERATION_MODULE = "transformers.generation.utils"
 RECURRENT_GEMMA_MODULE = "transformers.models.recurrent_gemma.modeling_recurrent_gemma"
 
 
