@@ -50,3 +50,23 @@ def tp2_record(tmp_path):
         return json.loads(out.read_text())[name]
 
     return run
+
+
+@pytest.fixture
+def tp2_only_with_the_fix(tmp_path, tp2_record):
+    """``tp2_only_with_the_fix(name, fix, failure)``: the tiny ``name`` (seed 0) sharded over 2 ranks equals
+    one device, and with ``fix`` left out (``HF_NEURON_DISABLE``) the same job fails with a reason matching
+    the regular expression ``failure``. Returns the passing record."""
+    import re
+
+    from hf_neuron.testing.tiny_models import save_tiny_model
+
+    def run(name, fix, failure) -> dict:
+        model_dir = save_tiny_model(name, tmp_path / name, seed=0)
+        record = tp2_record(name, model_dir)
+        assert record["ok"], record["reason"]
+        upstream = tp2_record(name, model_dir, env={"HF_NEURON_DISABLE": fix})
+        assert not upstream["ok"] and re.search(failure, upstream["reason"]), upstream
+        return record
+
+    return run

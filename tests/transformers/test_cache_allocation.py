@@ -12,7 +12,7 @@ from transformers import StaticCache
 
 from hf_neuron.patching import get_fix, upstream_behaviour
 from hf_neuron.testing.generation_workload import generate_batches, generate_counting_graphs, workload_prompts
-from hf_neuron.testing.tiny_models import build_model, save_tiny_model
+from hf_neuron.testing.tiny_models import build_model
 from hf_neuron.transformers import cache_allocation
 from hf_neuron.transformers.cache_allocation import FIX_NAME, SHAPES_FIX_NAME
 
@@ -165,11 +165,7 @@ def test_shapes_detection_sees_the_gap_on_the_installed_release():
 
 
 @pytest.mark.distributed
-def test_sharded_mimo_is_measured_too_and_tp2_equals_one_device(tmp_path, tp2_record):
+def test_sharded_mimo_is_measured_too_and_tp2_equals_one_device(tp2_only_with_the_fix):
     """Each rank measures its shard's shapes on fake tensors (collectives there neither communicate nor
     wait): MiMo-V2-Flash's sliding layers write two key/value heads per rank where the config says one."""
-    model_dir = save_tiny_model("mimo_v2_flash", tmp_path / "mimo", seed=0)
-    record = tp2_record("mimo_v2_flash", model_dir)
-    assert record["ok"], record["reason"]
-    upstream = tp2_record("mimo_v2_flash", model_dir, env={"HF_NEURON_DISABLE": SHAPES_FIX_NAME})
-    assert not upstream["ok"] and "Sizes of tensors must match" in upstream["reason"], upstream
+    tp2_only_with_the_fix("mimo_v2_flash", SHAPES_FIX_NAME, "Sizes of tensors must match")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from transformers import DistributedConfig
 
-from hf_neuron.testing.tiny_models import build_model, save_tiny_model
+from hf_neuron.testing.tiny_models import build_model
 from hf_neuron.patching import upstream_behaviour
 from hf_neuron.transformers.tensor_parallel import POSTPROCESSED_EMBEDDING_FIX, READ_EMBEDDING_FIX
 
@@ -31,13 +31,9 @@ def test_a_style_the_user_chooses_is_kept():
 
 
 @pytest.mark.distributed
-def test_gemma4_tp2_equals_one_device_only_with_the_fix(tmp_path, tp2_record):
-    model_dir = save_tiny_model("gemma4", tmp_path / "gemma4", seed=0)
-    record = tp2_record("gemma4", model_dir)
-    assert record["ok"], record["reason"]
+def test_gemma4_tp2_equals_one_device_only_with_the_fix(tp2_only_with_the_fix):
+    record = tp2_only_with_the_fix("gemma4", READ_EMBEDDING_FIX, "mixed torch.Tensor and DTensor")
     assert record["details"]["max_abs_diff"] <= 1e-4
-    upstream = tp2_record("gemma4", model_dir, env={"HF_NEURON_DISABLE": READ_EMBEDDING_FIX})
-    assert not upstream["ok"] and "mixed torch.Tensor and DTensor" in upstream["reason"], upstream
 
 
 def test_an_embedding_that_normalises_its_lookup_is_replicated():
@@ -51,9 +47,5 @@ def test_an_embedding_that_normalises_its_lookup_is_replicated():
 
 
 @pytest.mark.distributed
-def test_muse_glimmer_tp2_equals_one_device_only_with_the_fix(tmp_path, tp2_record):
-    model_dir = save_tiny_model("muse_glimmer", tmp_path / "muse_glimmer", seed=0)
-    record = tp2_record("muse_glimmer", model_dir)
-    assert record["ok"], record["reason"]
-    upstream = tp2_record("muse_glimmer", model_dir, env={"HF_NEURON_DISABLE": POSTPROCESSED_EMBEDDING_FIX})
-    assert not upstream["ok"] and upstream["reason"].startswith("AssertionError"), upstream
+def test_muse_glimmer_tp2_equals_one_device_only_with_the_fix(tp2_only_with_the_fix):
+    tp2_only_with_the_fix("muse_glimmer", POSTPROCESSED_EMBEDDING_FIX, "^AssertionError")

@@ -8,7 +8,6 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.placement_types import _StridedShard
 
 from hf_neuron.patching import get_fix
-from hf_neuron.testing.tiny_models import save_tiny_model
 from hf_neuron.transformers.tp_loading import FIX_NAME, _fused_placements
 
 
@@ -50,9 +49,5 @@ def test_the_detection_sees_the_gap_and_the_patched_read_gives_each_part_its_row
 
 
 @pytest.mark.distributed
-def test_hrm_tp2_equals_one_device_only_with_the_fix(tmp_path, tp2_record):
-    model_dir = save_tiny_model("hrm_text", tmp_path / "hrm", seed=0)
-    record = tp2_record("hrm_text", model_dir)
-    assert record["ok"], record["reason"]
-    upstream = tp2_record("hrm_text", model_dir, env={"HF_NEURON_DISABLE": FIX_NAME})
-    assert not upstream["ok"] and "logits differ" in upstream["reason"], upstream
+def test_hrm_tp2_equals_one_device_only_with_the_fix(tp2_only_with_the_fix):
+    tp2_only_with_the_fix("hrm_text", FIX_NAME, "logits differ")
