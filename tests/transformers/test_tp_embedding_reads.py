@@ -32,7 +32,7 @@ def test_a_style_the_user_chooses_is_kept():
 
 @pytest.mark.distributed
 def test_gemma4_tp2_equals_one_device_only_with_the_fix(tp2_only_with_the_fix):
-    record = tp2_only_with_the_fix("gemma4", READ_EMBEDDING_FIX, "mixed torch.Tensor and DTensor")
+    record = tp2_only_with_the_fix("gemma4", READ_EMBEDDING_FIX, r"mixed torch\.Tensor and DTensor")
     assert record["details"]["max_abs_diff"] <= 1e-4
 
 
