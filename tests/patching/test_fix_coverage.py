@@ -106,7 +106,9 @@ COVERAGE = {
     "mochi-attention-static-prompt-mask":
         "diffusers/test_masked_attention.py::test_attention_traces_whole_on_neuron_only",
 }
-SWITCHES = ("upstream_behaviour", "HF_NEURON_DISABLE", "original(")
+# How a test runs without a fix: in process, in a subprocess's environment, or by calling the original.
+# ``tp2_only_with_the_fix`` (tests/transformers/conftest.py) reruns its TP=2 job with HF_NEURON_DISABLE.
+SWITCHES = ("upstream_behaviour", "HF_NEURON_DISABLE", "original(", "tp2_only_with_the_fix(")
 
 
 def _declared_fixes() -> list[str]:
