@@ -1,12 +1,14 @@
 """hf-neuron compat: which of the top-100 text-generation architectures run on Neuron.
 
-Runs levels L1-L5 per architecture, each in a worker subprocess with a timeout, writes
-compatibility/results/<transformers version>-<device kind>.json after every architecture, and
-regenerates the table in compatibility/README.md and the coverage chart.
+Runs levels L1-L5 per architecture, each in a worker subprocess with a timeout, and writes the
+results file <transformers version>-<device kind>.json after every architecture. In a source
+checkout that file is the committed one (hf_neuron/compat/data/results/) and the run regenerates
+the table in compatibility/README.md and the coverage chart; in an installed hf_neuron it goes into
+the current folder (or --output) and no README is touched.
 
 `hf-neuron compat diffusers` runs the diffusers checks instead (tensor parallelism, regional
-compilation, tiny pipelines) and regenerates compatibility/diffusers.md: see
-`hf-neuron compat diffusers --help`.
+compilation, tiny pipelines) and writes their table (compatibility/diffusers.md in a checkout):
+see `hf-neuron compat diffusers --help`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def register(subparsers) -> None:
     which.add_argument("--arch", metavar="A,B", help="only these model_types (comma-separated)")
     which.add_argument("--quick", action="store_true", help="a quick subset (~5 architectures), for CI")
     p.add_argument("--output", type=Path, metavar="PATH",
-                   help="results file (default compatibility/results/<transformers>-<device kind>.json)")
+                   help="results file (default <transformers>-<device kind>.json: in a source checkout the "
+                        "committed one in hf_neuron/compat/data/results/, else in the current folder)")
     p.add_argument("-j", "--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
                    help="parallel worker processes (default: %(default)s)")
     p.add_argument("--resume", action="store_true", help="skip architectures already recorded in the results file")
@@ -43,7 +46,8 @@ def register(subparsers) -> None:
     p.add_argument("--device", default="neuron",
                    help="'neuron' (default; the simulator when no Trainium is present) or 'cpu' to test the harness")
     p.add_argument("--readme", type=Path, metavar="PATH",
-                   help="README to regenerate (default: compatibility/README.md when writing the default results)")
+                   help="README to regenerate (default: compatibility/README.md when a source checkout writes "
+                        "the default results)")
     p.add_argument("--no-readme", action="store_true", help="do not regenerate the README and chart")
     p.add_argument("--report-only", action="store_true",
                    help="only regenerate the README and chart from the existing results files")
@@ -56,18 +60,18 @@ def register(subparsers) -> None:
                               description="without one: the text-generation sweep above")
     d = suites.add_parser(
         "diffusers",
-        help="the diffusers checks (TP plans, regional compilation, pipelines) -> compatibility/diffusers.md",
+        help="the diffusers checks (TP plans, regional compilation, pipelines) and their table",
         description=DIFFUSERS_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     d.add_argument("--quick", dest="diffusers_quick", action="store_true",
                    help="a few classes and pipelines and a one-class benchmark (a few minutes), for CI; needs --output")
     d.add_argument("--output", dest="diffusers_output", type=Path, metavar="PATH",
-                   help="table to write (default compatibility/diffusers.md; --quick must name another file "
-                        "unless you mean to overwrite it)")
+                   help="table to write (default compatibility/diffusers.md in a source checkout, else "
+                        "./diffusers.md; --quick must name another file unless you mean to overwrite it)")
     d.add_argument("--results-dir", dest="diffusers_results", type=Path, metavar="DIR",
-                   help="where each check writes its results (default compatibility/results/diffusers for the "
-                        "default table, else <output stem>-results next to --output)")
+                   help="where each check writes its results (default hf_neuron/compat/data/results/diffusers "
+                        "for the checkout's table, else <output stem>-results next to the table)")
     d.add_argument("--report-only", dest="diffusers_report_only", action="store_true",
                    help="run nothing: only re-render the table from the results directory")
     d.add_argument("--timeout", dest="diffusers_timeout", type=float, default=3600.0, metavar="S",
@@ -80,7 +84,8 @@ def register(subparsers) -> None:
 
 
 DIFFUSERS_DESCRIPTION = """\
-hf-neuron compat diffusers: regenerate compatibility/diffusers.md from fresh runs.
+hf-neuron compat diffusers: the diffusers table (compatibility/diffusers.md in a source checkout,
+else ./diffusers.md) from fresh runs.
 
 Runs, each in its own process, with one progress line per step and per class:
   1. TP=2 == TP=1 on the neuron device (torchrun --standalone --nproc_per_node=2,
@@ -88,7 +93,7 @@ Runs, each in its own process, with one progress line per step and per class:
   2. the same on CPU with gloo
   3. regional compilation over a 4-step loop (hf_neuron.compat.diffusers.compile_check)
   4. tiny pipelines against CPU, eager and compiled (hf_neuron.compat.diffusers.pipeline_check)
-  5. benchmarks/diffusers_compile.py (regional vs whole-model compile; needs a source checkout)
+  5. regional vs whole-model compile (hf_neuron.compat.diffusers.compile_benchmark)
 then writes the table. The neuron steps run on the simulator when no Trainium device is present.
 A failing class is recorded in the table; a step that records nothing (crash, timeout) leaves the
 table unchanged and exits 1.
@@ -182,13 +187,13 @@ def _print_summary(results: dict, output: Path) -> None:
 
 def _regenerate(readme: Path, files: list[Path], *, headline: bool) -> None:
     """The compatibility README (and its charts) from ``files``; with ``headline``, also the project
-    README's compatibility block (only the committed results files may write it)."""
-    from hf_neuron.compat import archs, report
+    README's compatibility block (only the committed results files of a checkout may write it)."""
+    from hf_neuron.compat import paths, report
 
     report.update_readme(readme, files, chart_dir=readme.parent)
     print(f"regenerated {readme} from {len(files)} results file(s)")
-    project = archs.compatibility_dir().parent / "README.md"
-    if headline and report.update_headline(project, files):
+    project = paths.source_checkout() / "README.md" if headline else None
+    if project is not None and report.update_headline(project, files):
         print(f"regenerated the compatibility headline in {project}")
 
 
@@ -197,14 +202,19 @@ def _interrupt(signum, frame):
 
 
 def handler(args) -> int:
-    from hf_neuron.compat import archs, report
+    from hf_neuron.compat import archs, paths, report
     from hf_neuron.compat import results as R
     from hf_neuron.compat.runner import FatalRunError, RunConfig, Runner, default_output
 
-    default_readme = archs.compatibility_dir() / "README.md"
+    compatibility = paths.compatibility_dir()
+    default_readme = compatibility / "README.md" if compatibility else None  # only a checkout has one
     if args.report_only:
-        files = [args.output] if args.output else report.results_files()
         readme = args.readme or default_readme
+        if readme is None:
+            print("hf-neuron compat: error: not a source checkout, so there is no compatibility/README.md: "
+                  "give --readme PATH", file=sys.stderr)
+            return 2
+        files = [args.output] if args.output else report.results_files()
         _regenerate(readme, files, headline=readme == default_readme and not args.output)
         return 0
     try:
@@ -243,6 +253,9 @@ def handler(args) -> int:
     readme = args.readme
     if readme is None and not args.no_readme and runner.output.resolve() == default_output(args.device).resolve():
         readme = default_readme
+        if readme is None:
+            print("no README regenerated: not a source checkout of hf_neuron (--readme PATH writes the table "
+                  "into one)")
     if readme is not None and not args.no_readme:
         files = report.results_files(runner.output.parent) if readme == default_readme else [runner.output]
         _regenerate(Path(readme), files, headline=readme == default_readme)

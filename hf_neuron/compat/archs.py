@@ -1,6 +1,6 @@
 """Which architectures a compatibility run covers, and how each one is built.
 
-The denominator is the ranked list ``compatibility/top100-text-generation.tsv`` (method in
+The denominator is the ranked list ``hf_neuron/compat/data/top100-text-generation.tsv`` (method in
 ``compatibility/METHOD.md``). Every entry stays in it whatever happens to it: the four entries that only
 exist as multimodal classes are tested through that class on text-only input, and the one that needs
 remote code is reported as not testable.
@@ -12,6 +12,8 @@ import csv
 import dataclasses
 import os
 from pathlib import Path
+
+from hf_neuron.compat.paths import RANKING_PATH
 
 # Set by the test-suite to enable the ``_test_*`` architectures (see ``hf_neuron.compat.testing_archs``).
 TEST_ARCHS_ENV = "HF_NEURON_COMPAT_TEST_ARCHS"
@@ -48,25 +50,10 @@ class ArchSpec:
         return cls(**{f.name: data.get(f.name) for f in dataclasses.fields(cls)})
 
 
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
-def compatibility_dir() -> Path:
-    return repo_root() / "compatibility"
-
-
-def ranking_path() -> Path:
-    return compatibility_dir() / "top100-text-generation.tsv"
-
-
 def load_ranking(path: Path | None = None) -> list[ArchSpec]:
-    path = Path(path) if path else ranking_path()
+    path = Path(path) if path else RANKING_PATH
     if not path.exists():
-        raise FileNotFoundError(
-            f"ranked list not found at {path}; run from a source checkout of hf_neuron "
-            "(the list ships in compatibility/)"
-        )
+        raise FileNotFoundError(f"ranked list not found at {path} (package data of hf_neuron: reinstall it)")
     specs = []
     with open(path, newline="") as fh:
         for row in csv.DictReader(fh, delimiter="\t"):
@@ -132,7 +119,7 @@ def select(
         if unknown:
             raise ValueError(
                 f"unknown architecture(s): {', '.join(unknown)}. Use transformers model_type names "
-                "from the ranked list (compatibility/top100-text-generation.tsv) or the causal-LM "
+                "from the ranked list (hf_neuron/compat/data/top100-text-generation.tsv) or the causal-LM "
                 "mapping (`hf-neuron compat --all` runs them all)"
             )
         return sort_specs(specs)

@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from hf_neuron.compat import paths
 from hf_neuron.compat import results as R
-from hf_neuron.compat.archs import KIND_REMOTE_CODE, KIND_TEST, ArchSpec, compatibility_dir
+from hf_neuron.compat.archs import KIND_REMOTE_CODE, KIND_TEST, ArchSpec
 from hf_neuron.compat.procs import EOF, TIMEOUT, Child, describe_exit, innermost_frame, last_error_line
 
 STARTUP_TIMEOUT = 180.0
@@ -77,8 +78,9 @@ def expected_device_kind(device: str) -> str:
 
 
 def default_output(device: str) -> Path:
+    """The committed results file in a source checkout, else ``./<transformers version>-<device kind>.json``."""
     kind = expected_device_kind(device)
-    return compatibility_dir() / "results" / R.results_filename(_dist_version("transformers"), kind)
+    return paths.default_results_dir() / R.results_filename(_dist_version("transformers"), kind)
 
 
 def worker_env(device_kind: str, jobs: int) -> dict:

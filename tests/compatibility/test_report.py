@@ -60,6 +60,7 @@ def test_readme_block_is_regenerated_and_the_rest_kept(tmp_path):
     chart = tmp_path / "coverage-5.23.0-simulated.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "](coverage-5.23.0-simulated.png)" in text
+    assert "([`5.23.0-simulated.json`](r.json))" in text  # a link to the results file, relative to the README
     # regenerating is idempotent
     report.update_readme(readme, [path])
     assert readme.read_text() == text
@@ -86,3 +87,18 @@ def test_project_readme_headline_puts_compiled_uncompiled_l4_and_l5_side_by_side
     plain = tmp_path / "OTHER.md"
     plain.write_text("no block here\n")
     assert not report.update_headline(plain, [path]) and plain.read_text() == "no block here\n"
+
+
+def test_a_block_under_an_older_marker_is_found_and_gets_the_current_marker(tmp_path):
+    # The results moved from compatibility/results/ into the package: pages keep their old marker
+    # until they are regenerated, and must still be regenerated in place (not get a second block).
+    path = tmp_path / "5.24.0-simulated.json"
+    R.write_atomic(path, _results())
+    readme = tmp_path / "README.md"
+    old = ("<!-- BEGIN GENERATED compatibility headline, by `hf-neuron compat` from compatibility/results: "
+           "do not edit by hand -->")
+    readme.write_text(f"intro\n{old}\nold\n{report.END}\nrest\n")
+    assert report.update_headline(readme, [path])
+    text = readme.read_text()
+    assert old not in text and text.count(report.HEADLINE_BEGIN) == 1 and text.count(report.END) == 1
+    assert "old" not in text and text.startswith("intro\n") and text.endswith("rest\n")

@@ -4,7 +4,8 @@ import pytest
 
 from hf_neuron.compat import archs
 from hf_neuron.compat import results as R
-from hf_neuron.compat.runner import default_output, real_torch_neuronx
+from hf_neuron.compat.paths import COMMITTED_RESULTS_DIR
+from hf_neuron.compat.runner import real_torch_neuronx
 
 from compat_helpers import cli_main, records
 
@@ -32,9 +33,9 @@ def test_llama_runs_and_reproduces_the_committed_results(tmp_path):
     assert runs and all(run["tokens"] == run["cpu_tokens"] for run in runs)
     assert rec["details"]["L2"]["max_abs_diff"] <= 1e-4
 
-    committed = default_output(device)
     if device == "cpu" or real_torch_neuronx():
         pytest.skip("the committed results are the simulated device's")
+    committed = COMMITTED_RESULTS_DIR / R.results_filename(R.load(out)["transformers_version"], "simulated")
     # Every Transformers release in the declared range has its committed table.
     assert committed.exists(), (
         f"no committed results for the installed Transformers ({committed.name}): "

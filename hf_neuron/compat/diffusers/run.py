@@ -1,12 +1,12 @@
 """``hf-neuron compat diffusers``: every diffusers check in one command, then the table.
 
-The table ``compatibility/diffusers.md`` needs five recorded runs: the tensor-parallel check under
-torchrun on the neuron device and again on CPU with gloo (the proof for classes the device cannot
-run yet), the regional-compilation check, the tiny pipelines and the compile benchmark. Each runs
-in its own process (a torchrun job for TP, so that both ranks start from a clean interpreter, as a
-user's job does), writes its results file, and a failing class is a finding recorded in that file,
-not a failed step. A step fails when it writes no results (crash, timeout); then the table is left
-as it was. Without a Trainium device the neuron steps run on the simulator.
+The table (``compatibility/diffusers.md`` in a checkout) needs five recorded runs: the
+tensor-parallel check under torchrun on the neuron device and again on CPU with gloo (the proof for
+classes the device cannot run yet), the regional-compilation check, the tiny pipelines and the
+compile benchmark. Each runs in its own process (a torchrun job for TP, so that both ranks start
+from a clean interpreter, as a user's job does), writes its results file, and a failing class is a
+finding recorded in that file, not a failed step. A step fails when it writes no results (crash,
+timeout); then the table is left as it was. Without a Trainium device the neuron steps run on the simulator.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from hf_neuron.compat.archs import compatibility_dir, repo_root
+from hf_neuron.compat import paths
 from hf_neuron.compat.diffusers.table import RESULT_FILES
 
 TP_RANKS = 2
@@ -32,40 +32,41 @@ TP_RANKS = 2
 QUICK_CLASSES = ("ChromaTransformer2DModel", "CogView4Transformer2DModel", "AuraFlowTransformer2DModel")
 QUICK_FAMILIES = ("chroma", "wan")
 QUICK_BENCHMARK_CLASSES = ("CogView4Transformer2DModel",)
-BENCHMARK_SCRIPT = Path("benchmarks") / "diffusers_compile.py"
 _OUTCOME = re.compile(r'^(PASS|FAIL|SKIP) \{"(?:class|family)": "([^"]+)"')
 
 
 def default_output() -> Path:
-    return compatibility_dir() / "diffusers.md"
+    """``compatibility/diffusers.md`` in a source checkout, else ``diffusers.md`` in the current folder."""
+    compatibility = paths.compatibility_dir()
+    return (compatibility or Path.cwd()) / "diffusers.md"
 
 
 def default_results_dir(output: Path) -> Path:
-    """``compatibility/results/diffusers`` for the committed table, else ``<output stem>-results`` beside it."""
-    if output.resolve() == default_output().resolve():
-        return compatibility_dir() / "results" / "diffusers"
+    """The committed results (``hf_neuron/compat/data/results/diffusers``) for a checkout's table, else
+    ``<output stem>-results`` beside the table."""
+    if paths.compatibility_dir() and output.resolve() == default_output().resolve():
+        return paths.COMMITTED_DIFFUSERS_RESULTS_DIR
     return output.with_name(f"{output.stem}-results")
 
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One recorded run: ``python -m module`` (or a script), under torchrun when ``torchrun``."""
+    """One recorded run: ``python -m module``, under torchrun when ``torchrun``. It writes its results
+    file (``--out``), or with ``prints`` its results are what it prints on stdout."""
 
     result: str  # key of RESULT_FILES
     title: str
     args: tuple[str, ...]
-    module: str | None = None
-    script: Path | None = None
+    module: str
     torchrun: bool = False
+    prints: bool = False
 
     def command(self, results_dir: Path) -> list[str]:
-        out = results_dir / RESULT_FILES[self.result]
-        if self.script is not None:
-            return [sys.executable, str(self.script), *self.args]  # prints its table on stdout
         launcher = [sys.executable]
         if self.torchrun:
             launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={TP_RANKS}"]
-        return [*launcher, "-m", self.module, *self.args, "--out", str(out)]
+        out = () if self.prints else ("--out", str(results_dir / RESULT_FILES[self.result]))
+        return [*launcher, "-m", self.module, *self.args, *out]
 
 
 def plan_steps(quick: bool) -> list[Step]:
@@ -85,23 +86,22 @@ def plan_steps(quick: bool) -> list[Step]:
              ("--families", ",".join(QUICK_FAMILIES)) if quick else (),
              module="hf_neuron.compat.diffusers.pipeline_check"),
         Step("benchmark", "benchmark: regional vs whole-model compile",
-             classes(QUICK_BENCHMARK_CLASSES if quick else None), script=repo_root() / BENCHMARK_SCRIPT),
+             classes(QUICK_BENCHMARK_CLASSES if quick else None),
+             module="hf_neuron.compat.diffusers.compile_benchmark", prints=True),
     ]
 
 
 def step_env(ranks: int) -> dict:
     """The environment of every step, the CPU one included: hf_neuron's adapters (which install the
     plans under test) activate only where a neuron device exists, so the simulator is switched on
-    when there is no Trainium; and the steps import the hf_neuron this process imported."""
-    import site
-
+    when there is no Trainium; and the steps import the hf_neuron this process imported (a checkout's,
+    whether it is installed or not)."""
     from hf_neuron.compat.runner import expected_device_kind, worker_env
 
     env = worker_env(expected_device_kind("neuron"), ranks)
-    source = str(repo_root())
-    installed = {os.path.normpath(p) for p in [*site.getsitepackages(), site.getusersitepackages()]}
-    if os.path.normpath(source) not in installed:  # a checkout: scripts run by path must find it too
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
+    source = paths.source_checkout()
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(source), env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -116,7 +116,7 @@ class StepOutcome:
 
 
 def _summarize(step: Step, path: Path) -> str:
-    if step.script is not None:
+    if step.prints:
         rows = [ln for ln in path.read_text().splitlines()[2:] if ln.strip()]  # after its title and header
         errors = sum(" error: " in ln for ln in rows)
         return f"{len(rows)} class(es) measured" + (f", {errors} error(s)" if errors else "")
@@ -129,15 +129,14 @@ def _make_portable(path: Path) -> None:
     """Cut this machine's install locations out of recorded tracebacks and messages."""
     from hf_neuron.compat.frames import portable_text
 
-    path.write_text(portable_text(path.read_text(), extra_roots=(str(repo_root()),)))
+    source = paths.source_checkout()
+    path.write_text(portable_text(path.read_text(), extra_roots=(str(source),) if source else ()))
 
 
 def run_step(step: Step, results_dir: Path, log_dir: Path, timeout: float, say) -> StepOutcome:
     """Run ``step``, echoing one line per class it reports; its output goes to a log in ``log_dir``."""
     result_path = results_dir / RESULT_FILES[step.result]
     log = log_dir / f"{step.result}.log"
-    if step.script is not None and not step.script.exists():
-        return StepOutcome(step, 0.0, 0, log, summary=f"skipped: {step.script} not found (needs a source checkout)")
     result_path.unlink(missing_ok=True)
     started = time.perf_counter()
     captured: list[str] = []
@@ -168,7 +167,7 @@ def run_step(step: Step, results_dir: Path, log_dir: Path, timeout: float, say) 
             raise
         reader.join(timeout=10)
     outcome = StepOutcome(step, time.perf_counter() - started, returncode, log)
-    if step.script is not None and returncode == 0:
+    if step.prints and returncode == 0:
         result_path.write_text("".join(captured))
     if returncode is None:
         outcome.error = f"killed after the {timeout:.0f} s timeout"

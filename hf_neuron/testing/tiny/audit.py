@@ -2,7 +2,7 @@
 
 For each ``model_type``: tiny config -> model -> one CPU forward -> 3-token greedy generate, with a
 pass/fail row and the reason. ``python -m hf_neuron.testing.tiny_models --audit [--only a,b]
-[--ranked compatibility/top100-text-generation.tsv] [--json out.json]``.
+[--ranked hf_neuron/compat/data/top100-text-generation.tsv] [--json out.json]``.
 """
 
 from __future__ import annotations
