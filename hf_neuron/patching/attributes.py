@@ -85,6 +85,9 @@ def _inherited(owner: type, attr: str) -> Any:
 
 
 def _chain(fix_name: str, inner: Callable, wrapper: Callable) -> Callable:
+    if isinstance(inner, classmethod):  # e.g. from_pretrained: the wrapper gets the function and the class
+        return classmethod(_chain(fix_name, inner.__func__, wrapper))
+
     @functools.wraps(inner)
     def patched(*args, **kwargs):
         if fix_name in _disabled:
@@ -113,7 +116,8 @@ def wrap(name: str, owner: Any, attr: str, wrapper: Callable, *, mapping: bool =
     for ``name``. Idempotent per name.
 
     ``owner`` is a class, a module or a mapping. On a class, ``attr`` may be inherited (an instance
-    method): the wrapper is set on ``owner`` and calls what the bases define.
+    method): the wrapper is set on ``owner`` and calls what the bases define. A classmethod stays one:
+    ``wrapper(original, cls, *args, **kwargs)``.
     """
     with _lock:
         site = _site(owner, attr, mapping)

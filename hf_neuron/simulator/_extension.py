@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import sys
 from pathlib import Path
@@ -44,10 +45,11 @@ def build_and_load(name: str, csrc: Path, sources: list[str], cache_kind: str, f
     an OS file lock, which is released when its holder exits, however it exits.
     ``first_build_note`` is printed to stderr before a first build.
     """
-    from torch.utils import cpp_extension
+    with _without_cuda_home_warning():
+        from torch.utils import cpp_extension
 
     build_dir = _build_dir(csrc, cache_kind)
-    with _exclusive(build_dir):
+    with _exclusive(build_dir, stale_lock_blocks=hasattr(cpp_extension, "FileBaton")):
         if first_build_note and not any(build_dir.glob("*.so")):
             print(f"hf_neuron: {first_build_note}", file=sys.stderr, flush=True)
         return cpp_extension.load(
@@ -60,19 +62,38 @@ def build_and_load(name: str, csrc: Path, sources: list[str], cache_kind: str, f
 
 
 @contextlib.contextmanager
-def _exclusive(build_dir: Path):
+def _without_cuda_home_warning():
+    """A CUDA build of torch (torch 2.14's wheels) warns at the builder's import that no CUDA runtime is
+    found; the simulator builds CPU code only, and the warning would be in every process's output."""
+
+    class _DropCudaHome(logging.Filter):
+        def filter(self, record):
+            return "No CUDA runtime is found" not in record.getMessage()
+
+    builder_logger = logging.getLogger("torch.utils.cpp_extension")
+    drop = _DropCudaHome()
+    builder_logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        builder_logger.removeFilter(drop)
+
+
+@contextlib.contextmanager
+def _exclusive(build_dir: Path, stale_lock_blocks: bool):
     """Hold the build folder alone.
 
-    torch's builder marks a build in progress with a ``lock`` file that it deletes when it finishes;
-    a build interrupted by Ctrl-C or a kill leaves the file behind and every later process waits for
-    it forever, silently. Under this OS lock no other process can be building, so a ``lock`` file
-    found here is such a leftover and is removed.
+    torch's builder before 2.14 (``FileBaton``) marks a build in progress with a ``lock`` file that it
+    deletes when it finishes; a build interrupted by Ctrl-C or a kill leaves the file behind and every
+    later process waits for it forever, silently. Under this OS lock no other process can be building,
+    so with such a builder a ``lock`` file found here is a leftover and is removed. torch 2.14 holds an
+    OS lock on that file instead and keeps the file: nothing to remove.
     """
     with open(build_dir / "build.flock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             leftover = build_dir / "lock"
-            if leftover.exists():
+            if stale_lock_blocks and leftover.exists():
                 print(f"hf_neuron: removing {leftover}, left by an interrupted build", file=sys.stderr, flush=True)
                 leftover.unlink(missing_ok=True)
             yield

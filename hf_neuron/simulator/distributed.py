@@ -73,7 +73,7 @@ def load_extension():
     return _module
 
 
-def _neuron_allocations() -> int:
+def neuron_allocations() -> int:
     """Neuron tensors allocated so far in this process (the simulator's stand-in for 'runtime initialised')."""
     import torch
 
@@ -84,7 +84,7 @@ def _neuron_allocations() -> int:
 
 
 def _check_runtime_not_initialised() -> None:
-    allocated = _neuron_allocations()
+    allocated = neuron_allocations()
     if allocated:
         raise RuntimeError(
             f"init_process_group(backend='neuron') was called after the Neuron runtime was initialised "

@@ -19,7 +19,7 @@ Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies n
 - :mod:`.traced_cache_length`: forwards that read the static cache's length inside the graph (MPT's
   ALiBi, Inkling's masks) compile into two graphs.
 - :mod:`.moe_dispatch`: DBRX's and LongCat-Flash's expert layers run upstream's static "batched_mm"
-  experts function on Neuron.
+  experts function on Neuron (LongCat-Flash's own from Transformers 5.25).
 - :mod:`.multimodal_merge`: multimodal models run on text zero their placeholder ids without a
   boolean-mask write (Kimi-K2.5, Muse Glimmer).
 - :mod:`.placement`, :mod:`.loading`: ``device_map`` on neuron devices, synchronous loading.
@@ -29,7 +29,8 @@ Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies n
 - :mod:`.training_batches`: a Trainer's short last batch padded to the full batch size on Neuron.
 - :mod:`.evaluation`: evaluations during compiled training run the compiled model on Neuron.
 - :mod:`.resume`: checkpoints of models sharded at load time can be resumed on Neuron.
-- :mod:`.checkpointing`: compiled activation checkpointing saves random ops (attention) on Neuron.
+- :mod:`.checkpointing`: compiled activation checkpointing saves random ops on Neuron.
+- :mod:`.hub_kernels`: attention layers compile whole inside activation checkpointing with ``kernels`` installed.
 - :mod:`.tokenization`: prompts left padded to a multiple of the prefill chunk size.
 - :mod:`.warmup`: ``warmup(model, batch_sizes, max_cache_len)`` compiles generation's graphs before traffic.
 - :mod:`.plan`: the graphs and device memory a workload will need, predicted before anything compiles.
@@ -53,7 +54,7 @@ FIX_MODULES = (
     "generation", "cache", "placement", "loading", "tensor_parallel", "checkpointing", "training_batches", "evaluation",
     "resume", "cache_dtype", "compiled_call", "recompile_limit", "cache_shapes", "cache_allocation",
     "traced_cache_length", "moe_dispatch", "multimodal_merge", "processors", "tp_statistics", "recurrent_cache",
-    "indexed_attention", "module_states", "tp_experts", "tp_loading",
+    "indexed_attention", "module_states", "tp_experts", "tp_loading", "hub_kernels",
 )
 
 

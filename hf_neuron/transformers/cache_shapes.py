@@ -35,15 +35,25 @@ def _init_shape_with_falcon_heads(original, self):
     return heads, shape[1]
 
 
+#: Falcon-7B (multi-query: one key/value head), Falcon-40B (new decoder architecture: ``num_kv_heads``),
+#: and the multi-head original (every head).
+_FALCON_VARIANTS = (
+    {"multi_query": True, "new_decoder_architecture": False},
+    {"new_decoder_architecture": True, "num_kv_heads": 2},
+    {"multi_query": False, "new_decoder_architecture": False},
+)
+
+
 def _cache_ignores_falcon_kv_heads() -> bool:
     from transformers import FalconConfig
     from transformers.generation.utils import GenerationMixin
 
-    config = FalconConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=1, multi_query=True,
-                          new_decoder_architecture=False)
-    probe = types.SimpleNamespace(config=config)
-    shape = GenerationMixin._get_static_cache_init_shape(probe)
-    return shape is not None and shape[0] != falcon_kv_heads(config)
+    for variant in _FALCON_VARIANTS:
+        config = FalconConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=1, **variant)
+        shape = GenerationMixin._get_static_cache_init_shape(types.SimpleNamespace(config=config))
+        if shape is not None and shape[0] != falcon_kv_heads(config):
+            return True
+    return False
 
 
 @fix(FIX_NAME, "transformers", _cache_ignores_falcon_kv_heads, waits_for="transformers.generation.utils")
@@ -51,8 +61,10 @@ def patch_falcon_cache_heads() -> None:
     """Falcon's static cache is allocated with every attention head instead of its key/value heads,
     so generation with chunked prefill fails on its first cache write.
 
-    Detected by asking Transformers for the early-initialisation shape of a multi-query Falcon
-    config (one key/value head). Patch: the shape's head count follows Falcon's rule.
+    Detected by asking Transformers for the early-initialisation shape of Falcon configs of each
+    attention variant (one key/value head, ``num_kv_heads``, every head): releases whose Falcon config
+    states its key/value heads as ``num_key_value_heads`` close the gap. Patch: the shape's head count
+    follows Falcon's rule.
     """
     from transformers.generation.utils import GenerationMixin
 

@@ -3,9 +3,10 @@
 Transformers marks some model classes ``_can_compile_fullgraph = False``. The flag is a class-wide,
 hand-kept note (upstream's own test suite reads it; ``generate`` does not), and it is often stale: the
 forward of GPT-Neo, Zamba2, Falcon-H1 or Zaya traces into one graph per step and generates the CPU
-tokens compiled, while DBRX's and LongCat-Flash's break on data-dependent expert routing. On Neuron an
-eager generation dispatches every op on its own (the slow path), and a forward that breaks into
-pieces compiles each piece for every step shape, so the flag alone cannot decide.
+tokens compiled, while DBRX's (and LongCat-Flash's before Transformers 5.25) break on data-dependent
+expert routing. On Neuron an eager generation dispatches every op on its own (the slow path), and a
+forward that breaks into pieces compiles each piece for every step shape, so the flag alone cannot
+decide.
 
 ``forward_traces_whole(model)`` asks Dynamo: the static cache is allocated ahead as ``generate`` allocates
 it on Neuron (every layer's states, or the answer is no), then the prefill-chunk step and the decode step

@@ -7,13 +7,16 @@ through operators implemented only for CPU, CUDA, XPU, HPU and the device types 
 "graphsafe RNG". On a ``neuron`` device that fails at the first training step (``Backend not
 supported for neuron``, or a symbolic-size RNG state that the Neuron compiler rejects as a dynamic
 shape). Every scaled-dot-product-attention kernel is tagged random (for its dropout), so every
-attention model hits it.
+attention model hits it where torch counts a kernel called with ``dropout_p=0`` as random too; torch
+releases whose partitioner rules those out (2.14) recompute them without RNG state, and only models
+with dropout (in attention or elsewhere in a checkpointed layer) hit it.
 
 The fix keeps checkpointing and makes it *save* the outputs of random ops instead of recomputing
 them (a selective-checkpointing policy, ``torch.utils.checkpoint.create_selective_checkpoint_contexts``).
-Nothing random is replayed, the numbers are the ones of the forward pass, and the cost is one
-attention output per layer of device memory (saving attention is also what makes selective
-checkpointing faster).
+Nothing random is replayed, the numbers are the ones of the forward pass, and the cost is one output
+per random op and layer of device memory (saving attention is also what makes selective checkpointing
+faster). Attention without dropout is saved only where the device's compiled checkpointing cannot
+recompute it (probed, as the rest, at first use).
 """
 
 from __future__ import annotations
@@ -34,13 +37,34 @@ KWARGS = "activation_checkpointing_kwargs"
 # Outcome of the backend probe, per device type: True = the backend cannot replay RNG state and
 # saving random ops works; False = nothing to do; None = the probe could not tell.
 _backend_needs_fix: dict[str, bool | None] = {}
+# Per device type where the fix is needed: whether its compiled checkpointing recomputes attention
+# called without dropout as it is (torch does not count that kernel as random).
+_recomputes_attention_without_dropout: dict[str, bool] = {}
+
+
+def _dropout_p(op, args, kwargs):
+    """The ``dropout_p`` an attention kernel is called with; None for an op without that argument."""
+    schema = getattr(op, "_schema", None)
+    for index, argument in enumerate(schema.arguments if schema is not None else ()):
+        if argument.name == "dropout_p":
+            return args[index] if len(args) > index else kwargs.get("dropout_p", argument.default_value)
+    return None
+
+
+def _attention_recomputed_as_is(op, args, kwargs) -> bool:
+    """Attention without dropout, on a device whose compiled checkpointing recomputes it as it is."""
+    if _dropout_p(op, args, kwargs) != 0.0:
+        return False
+    device = next((arg.device for arg in args if isinstance(arg, torch.Tensor)), None)
+    return device is not None and _recomputes_attention_without_dropout.get(device.type, False)
 
 
 def save_random_ops_policy(ctx, op, *args, **kwargs):
     """Selective-checkpointing policy: keep the outputs of random ops, recompute everything else."""
     from torch.utils.checkpoint import CheckpointPolicy
 
-    if torch.Tag.nondeterministic_seeded in getattr(op, "tags", ()):
+    random = torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
+    if random and not _attention_recomputed_as_is(op, args, kwargs):
         return CheckpointPolicy.MUST_SAVE
     return CheckpointPolicy.PREFER_RECOMPUTE
 
@@ -52,8 +76,17 @@ def save_random_ops_context():
     return create_selective_checkpoint_contexts(save_random_ops_policy)
 
 
-def _compile_checkpointed_dropout(device: torch.device, context_fn=None) -> None:
-    """Compile and run forward and backward of a checkpointed dropout on ``device``.
+def _dropout(x):
+    return torch.nn.functional.dropout(x, 0.5, training=True) * 2
+
+
+def _attention_without_dropout(x):
+    query = x.view(1, 1, 2, 4)
+    return torch.nn.functional.scaled_dot_product_attention(query, query, query, dropout_p=0.0) * 2
+
+
+def _compile_checkpointed(device: torch.device, region, context_fn=None) -> None:
+    """Compile and run forward and backward of a checkpointed ``region`` (of 8 numbers) on ``device``.
 
     The graphs are run as traced (no device compiler): what is exercised is AOTAutograd's treatment
     of a random op inside a checkpointed region, which is where the Neuron gap is.
@@ -68,15 +101,20 @@ def _compile_checkpointed_dropout(device: torch.device, context_fn=None) -> None
     backend = aot_autograd(fw_compiler=run_as_traced, bw_compiler=run_as_traced)
     extra = {} if context_fn is None else {"context_fn": context_fn}
 
-    def region(x):
-        return torch.nn.functional.dropout(x, 0.5, training=True) * 2
-
     def step(x):
         return checkpoint(region, x, use_reentrant=False, **extra)
 
     x = torch.ones(8, device=device, requires_grad=True)
     with torch.random.fork_rng(devices=[device], device_type=device.type):
         torch.compile(step, backend=backend, fullgraph=True)(x).sum().backward()
+
+
+def _compiles_as_is(device: torch.device, region) -> bool:
+    try:
+        _compile_checkpointed(device, region)
+    except Exception:  # noqa: BLE001 - any failure: the region's ops are saved, as for every random op
+        return False
+    return True
 
 
 def backend_needs_fix(device: torch.device) -> bool:
@@ -88,17 +126,21 @@ def backend_needs_fix(device: torch.device) -> bool:
     if device.type in _backend_needs_fix:
         return bool(_backend_needs_fix[device.type])
     try:
-        _compile_checkpointed_dropout(device)
+        _compile_checkpointed(device, _dropout)
     except Exception as plain_failure:
         try:
-            _compile_checkpointed_dropout(device, save_random_ops_context)
+            _compile_checkpointed(device, _dropout, save_random_ops_context)
         except Exception as exc:
             _backend_needs_fix[device.type] = None
             mark_unknown(FIX_NAME, f"the {device.type} checkpointing probe", exc)
             return False
         _backend_needs_fix[device.type] = True
+        recomputed = _compiles_as_is(device, _attention_without_dropout)
+        _recomputes_attention_without_dropout[device.type] = recomputed
         failure = repr(plain_failure)[:120]
-        set_status(FIX_NAME, APPLIED, f"applied: compiled checkpointing on {device.type} fails ({failure})")
+        attention = "recomputed, as upstream does" if recomputed else "saved too"
+        set_status(FIX_NAME, APPLIED, f"applied: compiled checkpointing on {device.type} fails ({failure}); "
+                                      f"attention without dropout is {attention}")
         return True
     _backend_needs_fix[device.type] = False
     set_status(FIX_NAME, CLOSED, f"the {device.type} backend replays RNG state in compiled checkpointing")
@@ -141,12 +183,15 @@ def _checkpointing_takes_kwargs() -> bool:
 @fix(FIX_NAME, "transformers", _checkpointing_takes_kwargs, waits_for="transformers.modeling_utils")
 def patch_activation_checkpointing() -> None:
     """Compiled training with activation checkpointing fails on Neuron: AOTAutograd cannot replay the RNG
-    state of a recomputed random op (every attention kernel is one) on a neuron device.
+    state of a recomputed random op (a dropout; every attention kernel, on torch releases that count one
+    called without dropout as random) on a neuron device.
 
     Detected at the first ``activation_checkpointing_enable`` of a model on neuron (also reached from
     ``gradient_checkpointing_enable`` and the Trainer), by compiling a checkpointed dropout on the
-    device with and without the remedy. Patch: checkpointing saves the outputs of random ops instead of
-    recomputing them, unless the user passes a ``context_fn`` or ``use_reentrant=True``.
+    device with and without the remedy, and a checkpointed attention without dropout as it is. Patch:
+    checkpointing saves the outputs of random ops instead of recomputing them (attention without
+    dropout only where it does not compile as it is), unless the user passes a ``context_fn`` or
+    ``use_reentrant=True``.
     """
     from transformers.modeling_utils import PreTrainedModel
 

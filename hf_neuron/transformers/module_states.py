@@ -50,8 +50,12 @@ def _tiny_recurrent_gemma():
 
 
 def keeps_module_states(model) -> bool:
-    """Whether ``model`` keeps generation state on its modules, allocated by its ``_setup_cache``."""
-    return bool(getattr(model, "_is_stateful", False)) and callable(getattr(model, "_setup_cache", None))
+    """Whether ``model`` keeps generation state on its modules, allocated by its own ``_setup_cache``.
+
+    The method is the mark: Transformers before 5.25 also flagged such models ``_is_stateful``, a flag
+    it has since removed, while RecurrentGemma keeps its states on its modules as before.
+    """
+    return callable(getattr(model, "_setup_cache", None))
 
 
 def allocate_module_states(model, batch_size: int) -> None:
@@ -72,7 +76,7 @@ def _module_states_left_to_the_forward() -> bool:
     from transformers.generation.utils import GenerationMixin, GenerationMode
 
     model = _tiny_recurrent_gemma()
-    if not keeps_module_states(model):
+    if not keeps_module_states(model) or not hasattr(model.model.layers[0].temporal_block, "conv1d_state"):
         raise RuntimeError("RecurrentGemma no longer keeps its states on its modules: the probe no longer applies")
     model_kwargs = {}
     original(GenerationMixin, "_prepare_cache_for_generation")(model, GenerationConfig(use_cache=True), model_kwargs,

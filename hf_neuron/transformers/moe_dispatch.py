@@ -13,6 +13,9 @@ Transformers, which recognises it by the decorator in the modeling source, sets 
 (``nonzero`` of the routing mask) and gathers each expert's tokens with ``torch.where``. Both are
 data-dependent shapes, which a compiler with static shapes rejects: upstream marks the models
 ``_can_compile_fullgraph = False`` and generation on Neuron runs eagerly, every op dispatched on its own.
+Transformers releases whose ``LongcatFlashExperts`` is decorated (the zero experts then handled by
+``LongcatFlashMoE``, around a standard experts call) close LongCat-Flash's gap: its detector traces the
+MoE layer of a tiny model, built as a user's is (with the experts implementation Transformers picks).
 
 Here, for tensors on a neuron device, those two forwards hand the computation to upstream's own
 ``"batched_mm"`` experts function, through a small view (itself decorated with upstream's
@@ -47,6 +50,9 @@ LONGCAT_FIX = "longcat-flash-experts-static-dispatch"
 
 DBRX_MODULE = "transformers.models.dbrx.modeling_dbrx"
 LONGCAT_MODULE = "transformers.models.longcat_flash.modeling_longcat_flash"
+#: What the LongCat-Flash patch reads of ``LongcatFlashExperts`` (the layer that loops over every expert,
+#: zero-computation ones included).
+_LONGCAT_LAYOUT = ("num_routed_experts", "identity_expert", "gate_up_proj", "down_proj", "act_fn")
 
 #: Upstream's experts function used: a gather of each (token, expert) pair's weights and batched
 #: matmuls, plain tensor ops whose shapes follow the token count. (Its "grouped_mm" form, under a
@@ -160,18 +166,23 @@ def _dbrx_experts_break_the_graph() -> bool:
     return not traces_whole(experts, torch.randn(1, 3, 8), index, weights)
 
 
-def _longcat_experts_break_the_graph() -> bool:
+def _longcat_moe_breaks_the_graph() -> bool:
     from transformers.models.longcat_flash import modeling_longcat_flash
     from transformers.models.longcat_flash.configuration_longcat_flash import LongcatFlashConfig
 
-    require_methods(modeling_longcat_flash.LongcatFlashExperts, ["forward"])
-    config = LongcatFlashConfig(hidden_size=8, expert_ffn_hidden_size=8, n_routed_experts=4, zero_expert_num=2,
+    require_methods(modeling_longcat_flash.LongcatFlashMoE, ["forward"])
+    config = LongcatFlashConfig(vocab_size=16, hidden_size=8, num_layers=1, num_attention_heads=2, q_lora_rank=4,
+                                kv_lora_rank=4, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=4,
+                                ffn_hidden_size=8, expert_ffn_hidden_size=8, n_routed_experts=4, zero_expert_num=2,
                                 num_experts_per_tok=2)
-    experts = modeling_longcat_flash.LongcatFlashExperts(config)
-    for weight in (experts.gate_up_proj, experts.down_proj):
-        torch.nn.init.normal_(weight)  # created empty
-    index, weights = _routing(3, 6, 2)
-    return not traces_whole(experts, torch.randn(3, 8), index, weights)
+    # A model, not a lone layer: the model sets the experts implementation a decorated layer dispatches on.
+    moe = modeling_longcat_flash.LongcatFlashModel(config).layers[0].mlp
+    if traces_whole(moe, torch.randn(1, 3, 8)):
+        return False
+    missing = [name for name in _LONGCAT_LAYOUT if not hasattr(moe.experts, name)]
+    if missing:
+        raise RuntimeError(f"LongcatFlashExperts does not trace whole and has no {', '.join(missing)} to patch")
+    return True
 
 
 @fix(DBRX_FIX, "transformers", _dbrx_experts_break_the_graph, waits_for=DBRX_MODULE)
@@ -189,13 +200,14 @@ def patch_dbrx_experts() -> None:
     wrap(DBRX_FIX, modeling_dbrx.DbrxExperts, "forward", _dbrx_static_forward)
 
 
-@fix(LONGCAT_FIX, "transformers", _longcat_experts_break_the_graph, waits_for=LONGCAT_MODULE)
+@fix(LONGCAT_FIX, "transformers", _longcat_moe_breaks_the_graph, waits_for=LONGCAT_MODULE)
 def patch_longcat_flash_experts() -> None:
     """LongCat-Flash's experts loop over the experts a batch hit (``nonzero``, ``torch.where``,
     ``.item()``): data-dependent shapes, so its generation does not compile on Neuron.
 
-    Detected by tracing a tiny ``LongcatFlashExperts`` forward with ``fullgraph=True``: it does not
-    capture. Patch: on a neuron device the real experts run upstream's ``batched_mm`` experts function
+    Detected by tracing the MoE layer of a tiny ``LongcatFlashModel`` with ``fullgraph=True``: it does
+    not capture (it does where the experts dispatch through upstream's experts functions, which closes
+    the gap). Patch: on a neuron device the real experts run upstream's ``batched_mm`` experts function
     (zero-computation experts as its expert-parallel sentinels) and the zero experts' pass-through
     is added as the token times their routing weights.
     """

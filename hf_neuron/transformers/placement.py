@@ -144,13 +144,35 @@ def _max_memory_with_neuron(original, max_memory=None):
     return {k: memory[k] for k in devices}
 
 
-def _auto_map_ignores_neuron() -> bool:
-    import transformers.integrations.accelerate as hf_accelerate
+#: Where accelerate's ``get_max_memory`` lives, and the helper through which accelerate 1.16 and later
+#: find the process's accelerator (``torch.accelerator``), whatever its name.
+ACCELERATE_MODELING = "accelerate.utils.modeling"
+ACCELERATOR_LOOKUP = "get_torch_accelerator_backend"
 
+
+def _auto_map_ignores_neuron() -> bool:
+    """Whether accelerate's ``get_max_memory`` leaves the neuron devices out.
+
+    Not by calling it without ``max_memory``: accelerate 1.16 and later then create a tensor on every
+    device it lists, and a detector that runs at import would initialise the Neuron runtime on every
+    core before the user's ``init_process_group`` (which Neuron forbids) and claim cores that belong
+    to other processes. Instead: the function finds its devices through accelerate's accelerator
+    lookup, and that lookup names this process's accelerator ``neuron``.
+    """
     if neuron_device_count() == 0:
         # Nothing to observe without a device; the patch falls through to upstream then.
         return True
-    return not any(isinstance(key, int) for key in hf_accelerate.accelerate_max_memory())
+    from hf_neuron.patching.sources import function_mentions
+
+    uses_lookup = function_mentions(ACCELERATE_MODELING, "get_max_memory", ACCELERATOR_LOOKUP)
+    if uses_lookup is None:
+        raise RuntimeError(f"{ACCELERATE_MODELING}.get_max_memory not found")
+    if not uses_lookup:
+        return True  # it lists CUDA, XPU, NPU... by name, never Neuron
+    import accelerate.utils
+
+    device_type, _ = getattr(accelerate.utils, ACCELERATOR_LOOKUP)()
+    return device_type != "neuron"
 
 
 @fix(MAX_MEMORY_FIX, "transformers", _auto_map_ignores_neuron, waits_for="transformers.modeling_utils")
@@ -158,11 +180,12 @@ def patch_auto_device_map_memory() -> None:
     """``device_map="auto"`` (and "balanced", "sequential") silently loads the whole model on CPU.
 
     Gap: accelerate's ``get_max_memory`` lists CUDA/XPU/NPU/... devices but not Neuron, so the
-    inferred map is ``{"": "cpu"}``. Detected by asking it for the memory figures on a host with a
-    neuron device (no integer device key). Patch: the ``get_max_memory`` Transformers uses lists
-    each neuron device with its free memory (``torch.neuron`` figures) plus the CPU, and accepts
-    ``max_memory={0: "10GiB", "neuron:1": ..., "cpu": ...}``; accelerate's placement then fills the
-    neuron devices first and spills to CPU only when the model does not fit.
+    inferred map is ``{"": "cpu"}`` (accelerate 1.16 lists every ``torch.accelerator`` device and
+    closes the gap). Detected without touching a device (see ``_auto_map_ignores_neuron``). Patch:
+    the ``get_max_memory`` Transformers uses lists each neuron device with its free memory
+    (``torch.neuron`` figures) plus the CPU, and accepts ``max_memory={0: "10GiB", "neuron:1": ...,
+    "cpu": ...}``; accelerate's placement then fills the neuron devices first and spills to CPU only
+    when the model does not fit.
     """
     import transformers.integrations.accelerate as hf_accelerate
 

@@ -8,10 +8,11 @@ written for caches with at least one attention layer. Three gaps keep these mode
 - ``static-cache-recurrent-only``: the early allocation of a chunked prefill's static cache asks the
   config for key/value heads (``num_attention_heads``), which a state-space config does not have: the
   allocation fails before the first forward, so no static cache can be made.
-- ``generate-chunked-prefill-recurrent-cache``: the chunked prefill asks the cache for its length
-  (``get_seq_length``), which a cache without attention layers refuses (``ValueError``), and gives each
-  chunk the attention mask up to the chunk's end, wider than the chunk, which these models multiply
-  into their hidden states.
+- ``generate-chunked-prefill-recurrent-cache``: the chunked prefill gives each chunk the attention
+  mask up to the chunk's end, wider than the chunk, which Mamba multiplies into its hidden states (a
+  shape error) and Mamba-2 slices inside its forward (one graph per mask width); before Transformers
+  5.25 it also asks the cache for its length (``get_seq_length``), which a cache without attention
+  layers refuses (``ValueError``).
 - ``mamba-chunk-scan-initial-state`` (and the Falcon-Mamba twin): the full-sequence selective scan of
   Mamba starts from a zero state, so every prefill chunk after the first forgets what the chunks
   before it left in the cache. Mamba-2's scan takes the cached state (``initial_states``) and needs
@@ -152,6 +153,19 @@ def _chunk_mask_for_recurrent_cache(original_fn, self, input_ids, *args, **kwarg
     return model_inputs
 
 
+def _recurrent_cache_refuses_its_length() -> bool:
+    """Whether a static cache of recurrent layers only refuses its length (``ValueError``), as before
+    Transformers 5.25; later releases count the tokens its layers have seen."""
+    from transformers import StaticCache
+    from transformers.cache_utils import Cache
+
+    try:
+        original(Cache, "get_seq_length")(StaticCache(config=_tiny_mamba_config(), max_cache_len=16))
+    except ValueError:
+        return True
+    return False
+
+
 def _chunked_prefill_refuses_recurrent_cache() -> bool:
     from transformers import GenerationConfig, StaticCache
     from transformers.generation.utils import GenerationMixin
@@ -195,21 +209,25 @@ def _chunked_prefill_refuses_recurrent_cache() -> bool:
 
 @fix(PREFILL_FIX, "transformers", _chunked_prefill_refuses_recurrent_cache, waits_for=GENERATION_MODULE)
 def patch_chunked_prefill_of_recurrent_cache() -> None:
-    """Generate's chunked prefill fails for a cache of recurrent layers only (Mamba, Mamba-2).
+    """Generate's chunked prefill of a cache of recurrent layers only (Mamba, Mamba-2) fails, or
+    compiles one graph per chunk.
 
-    Gap: the chunk loop asks the cache for the length it holds, which a cache without attention layers
-    refuses (``ValueError``), and it gives each chunk the attention mask up to the chunk's end, while
-    these models multiply a mask as wide as the chunk into their hidden states. Detected by running
-    upstream ``_prefill`` on a probe with a tiny Mamba static cache. Patch: during a chunked prefill of
-    such a cache its length reads 0 (what the unchunked prefill assumes: the prompt is new tokens) and
-    each chunk gets the mask columns of its own tokens.
+    Gap: the chunk loop gives each chunk the attention mask up to the chunk's end, while Mamba and
+    Falcon-Mamba multiply a mask as wide as the chunk into their hidden states (a shape error) and
+    Mamba-2 slices it inside its forward (one compiled graph per mask width); before Transformers 5.25
+    the loop also asks the cache for the length it holds, which a cache without attention layers
+    refuses (``ValueError``). Detected by running upstream ``_prefill`` on a probe with a tiny Mamba
+    static cache. Patch: each chunk of such a cache gets the mask columns of its own tokens and, where
+    the cache refuses its length, that length reads 0 during the prefill (what the unchunked prefill
+    assumes: the prompt is new tokens).
     """
     from transformers.cache_utils import Cache
     from transformers.generation.utils import GenerationMixin
 
     wrap(PREFILL_FIX, GenerationMixin, "_prefill", _prefill_of_recurrent_cache)
-    wrap(PREFILL_FIX, Cache, "get_seq_length", _length_of_recurrent_cache_in_prefill)
     wrap(PREFILL_FIX, GenerationMixin, "prepare_inputs_for_generation", _chunk_mask_for_recurrent_cache)
+    if _recurrent_cache_refuses_its_length():
+        wrap(PREFILL_FIX, Cache, "get_seq_length", _length_of_recurrent_cache_in_prefill)
 
 
 # ----------------------------------------------------------------------------- Mamba's scan

@@ -66,9 +66,11 @@ def _fused_experts_split_contiguously() -> bool:
     from transformers.models.inkling.configuration_inkling import InklingTextConfig
 
     plan = original(InklingTextConfig, "base_model_tp_plan")
-    if not isinstance(plan, dict) or FUSED_EXPERTS not in plan:
-        raise RuntimeError(f"Inkling's text plan has no entry {FUSED_EXPERTS!r}: the check no longer applies")
-    return plan[FUSED_EXPERTS] == "colwise"
+    if not isinstance(plan, dict):
+        raise RuntimeError("Inkling's text configuration has no tensor-parallel plan: the check no longer applies")
+    # Transformers 5.25 and later leave the routed experts out of the TP plan (their expert-parallel
+    # plan shards them by expert): then nothing splits the fused parameter.
+    return plan.get(FUSED_EXPERTS) == "colwise"
 
 
 @fix(PACKED_FIX, "transformers", _fused_experts_split_contiguously, waits_for=INKLING_CONFIG_MODULE)
@@ -78,7 +80,8 @@ def patch_inkling_packed_experts() -> None:
     Gap: ``gate_up_proj`` holds every expert's gate rows followed by its up rows, and the forward
     splits it in two halves; the plan's ``"colwise"`` gives one rank the gate rows and the other the
     up rows, so each rank multiplies gate rows with gate rows (TP=2 logits off by 4e-4 on a tiny
-    model). Detected by reading the entry in upstream's plan for Inkling's text configuration.
+    model). Detected by reading the entry in upstream's plan for Inkling's text configuration (no
+    entry: the plan does not split the parameter, nothing to fix).
     Patch: that entry is ``"packed_colwise"``, as in the other fused-expert plans (Mixtral, Qwen3 MoE,
     MiMo-V2-Flash): each rank gets its share of the gate rows and of the up rows. A plan the user
     passes in ``DistributedConfig(tp_plan=...)`` is kept.

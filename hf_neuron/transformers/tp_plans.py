@@ -122,7 +122,8 @@ _register("gpt_bigcode", "GPTBigCodeConfig",
 _register("falcon", "FalconConfig",
           {"h.*.self_attention.query_key_value": "hf_neuron.query_colwise_kv_replicated",
            "h.*.self_attention.dense": "rowwise", **_mlp("h.*.mlp", up=("dense_h_to_4h",), down="dense_4h_to_h")},
-          {"h.*.self_attention": ("num_heads",)}, kv_replicated=True,
+          # num_key_value_groups: the query heads per key/value head (Transformers 5.25), the rank's share too
+          {"h.*.self_attention": ("num_heads", "num_key_value_groups")}, kv_replicated=True,
           applies=lambda c: _multi_query_only(c) or ("ALiBi Falcon (alibi=True) is not covered" if getattr(
               c, "alibi", False) else None))
 

@@ -6,6 +6,11 @@ equal pieces. Several top-100 architectures need a little more, and the registry
 point for it: hf_neuron registers these styles under ``hf_neuron.*`` names (see
 :mod:`hf_neuron.transformers.tp_plans` for which plan uses which).
 
+Every style's methods take, and ignore, keywords beyond the ones they use (``**upstream_keywords``):
+Transformers' sharding code passes its styles more keywords from one release to the next (``config=``
+and ``mesh_manager=`` since 5.25), and a style that named only today's would fail with a TypeError on
+the next release.
+
 Every style runs its module on local tensors (each rank holds plain tensors of its own share; the
 parameters are DTensors so that ``from_pretrained`` reads each rank's slice from the checkpoint):
 
@@ -120,10 +125,10 @@ def build_styles() -> dict:
         def _placement(self, dim: int):
             return Shard(dim) if self.pieces == 1 else _StridedShard(dim=dim, split_factor=self.pieces)
 
-        def shard_param(self, module, param, mesh):
+        def shard_param(self, module, param, mesh, **upstream_keywords):
             _distribute(module, param, mesh, self._placement(0 if param == "bias" else self.weight_out_dim))
 
-        def install_forward(self, module, mesh):
+        def install_forward(self, module, mesh, **upstream_keywords):
             def forward(x):
                 x = _replicated_input(x)
                 weight, bias = _local(module._parameters["weight"]), module._parameters.get("bias")
@@ -139,10 +144,10 @@ def build_styles() -> dict:
         def __init__(self, weight_in_dim: int):
             self.weight_in_dim = weight_in_dim
 
-        def shard_param(self, module, param, mesh):
+        def shard_param(self, module, param, mesh, **upstream_keywords):
             _distribute(module, param, mesh, Replicate() if param == "bias" else Shard(self.weight_in_dim))
 
-        def install_forward(self, module, mesh):
+        def install_forward(self, module, mesh, **upstream_keywords):
             def forward(x):
                 bias = module._parameters.get("bias")
                 weight = _local(module._parameters["weight"])
@@ -156,7 +161,7 @@ def build_styles() -> dict:
     class QueryColwiseKvReplicated(TensorParallelLayer):
         """Fused ``[queries | key | value]`` with one key/value head: whole weight, local query rows."""
 
-        def install_forward(self, module, mesh):
+        def install_forward(self, module, mesh, **upstream_keywords):
             rank, size = _mesh_rank_size(mesh)
             queries = module.in_features  # hidden size = query heads x head dim
             if queries % size:
@@ -176,10 +181,10 @@ def build_styles() -> dict:
             return module
 
     class ShardedRMSNorm(TensorParallelLayer):
-        def shard_param(self, module, param, mesh):
+        def shard_param(self, module, param, mesh, **upstream_keywords):
             _distribute(module, param, mesh, Shard(0))
 
-        def install_forward(self, module, mesh):
+        def install_forward(self, module, mesh, **upstream_keywords):
             eps = getattr(module, "variance_epsilon", None) or getattr(module, "eps", None) or 1e-6
             full = module.weight.shape[0]
 
@@ -198,7 +203,7 @@ def build_styles() -> dict:
         def __init__(self, name: str, batch_major: bool):
             self.name, self.batch_major = name, batch_major
 
-        def transform_inputs_pre_forward(self, module, args, kwargs, mesh):
+        def transform_inputs_pre_forward(self, module, args, kwargs, mesh, **upstream_keywords):
             bias = kwargs.get(self.name)
             if bias is None:
                 return args, kwargs
@@ -215,14 +220,14 @@ def build_styles() -> dict:
             return args, {**kwargs, self.name: bias}
 
     class Shard0(TensorParallelLayer):
-        def shard_param(self, module, param, mesh):
+        def shard_param(self, module, param, mesh, **upstream_keywords):
             _distribute(module, param, mesh, Shard(0))
 
-        def install_forward(self, module, mesh):
+        def install_forward(self, module, mesh, **upstream_keywords):
             return module  # read by the enclosing mixer, under its local-parameter context
 
     class MixerLocal(Shard0):
-        def install_forward(self, module, mesh):
+        def install_forward(self, module, mesh, **upstream_keywords):
             original = module.forward
 
             def forward(*args, **kwargs):
@@ -233,7 +238,7 @@ def build_styles() -> dict:
             return module
 
     class RwkvAttention(TensorParallelLayer):
-        def install_forward(self, module, mesh):
+        def install_forward(self, module, mesh, **upstream_keywords):
             original = module.forward
             rank, size = _mesh_rank_size(mesh)
 

@@ -120,7 +120,9 @@ def _mask_sizes_data_dependent_when_traced() -> bool:
     which a fake length (what a traced graph holds) cannot give.
 
     Asked of that layout's own function rather than of the installed method: the two fixes are
-    decided when the same module finishes importing, in an order this detector cannot rely on."""
+    decided when the same module finishes importing, in an order this detector cannot rely on. The
+    fake length is made from a meta tensor: a fake of a real CPU scalar carries its value (torch
+    2.14 keeps it for ``item()``), which a length on the device, as the graph holds it, does not."""
     from torch._subclasses.fake_tensor import DataDependentOutputException as DataDependent
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers.cache_utils import StaticSlidingWindowLayer
@@ -129,7 +131,14 @@ def _mask_sizes_data_dependent_when_traced() -> bool:
 
     layer = StaticSlidingWindowLayer(max_cache_len=8, sliding_window=4)
     with FakeTensorMode() as mode:
-        layer.cumulative_length = mode.from_tensor(torch.tensor(2))
+        length = mode.from_tensor(torch.empty((), dtype=torch.long, device="meta"))
+        try:
+            int(length)
+        except DataDependent:
+            pass
+        else:
+            raise RuntimeError("a fake length tensor has a value here: the probe cannot tell if the layout reads it")
+        layer.cumulative_length = length
         try:
             sliding_window._get_mask_sizes(None, layer, 1)
         except DataDependent:
@@ -195,7 +204,8 @@ def patch_hybrid_sliding_mask() -> None:
     Gap: ``LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING["hybrid_sliding"]["sliding_attention"]`` is
     ``create_causal_mask`` where the model itself (building its masks from a 2D mask) uses
     ``create_sliding_window_causal_mask``; generate builds the masks itself only for a compileable
-    cache, so only compiled generation sees it. Detected by building generate's masks for a tiny
+    cache, so only compiled generation sees it (Transformers 5.25 closes it: the entry is
+    ``create_sliding_window_causal_mask``). Detected by building generate's masks for a tiny
     "hybrid_sliding" config and comparing them with the sliding-window mask. Patch: for inputs on a
     neuron device that entry builds the sliding-window mask.
     """

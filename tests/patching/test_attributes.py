@@ -65,6 +65,27 @@ def test_an_inherited_method_is_wrapped_on_the_class_and_restored_by_deleting_ou
     assert cls().greet("neuron") == "HELLO NEURON"
 
 
+def test_a_classmethod_stays_one_and_its_subclasses_get_the_wrapper():
+    class Loader:
+        @classmethod
+        def load(cls, name, option=None):
+            return cls.__name__, name, option
+
+    class Child(Loader):
+        pass
+
+    def default_option(inner, cls, name, **kwargs):
+        kwargs.setdefault("option", "ours")
+        return inner(cls, name, **kwargs)
+
+    wrap("test.default_option", Loader, "load", default_option)
+    assert isinstance(vars(Loader)["load"], classmethod)
+    assert Child.load("x") == ("Child", "x", "ours")
+    assert Child.load("x", option="yours") == ("Child", "x", "yours")
+    with upstream_behaviour("test.default_option"):
+        assert Child.load("x") == ("Child", "x", None)
+
+
 def test_replace_sets_attributes_and_mapping_entries():
     cls = _fresh_class()
     table = {"kept": 1}

@@ -33,6 +33,9 @@ COVERAGE = {
         "transformers/test_tensor_parallel.py::test_vocab_parallel_masks_have_no_boolean_index_put",
     "tp-plan-constraints": "transformers/test_tensor_parallel.py::test_upstream_accepts_heads_that_do_not_split",
     "checkpointing-saves-random-ops": "transformers/test_checkpointing.py::test_without_the_fix_the_step_does_not_compile",
+    "kernel-routing-outside-checkpointed-layers": "transformers/test_hub_kernels.py::test_checkpointed_layers_compile_whole",
+    "load-without-hub-kernels":
+        "transformers/test_hub_kernels.py::test_bitnet_tp2_equals_one_device_without_kernelizing_at_load",
     "input-grad-hooks-not-stacked": "transformers/test_checkpointing.py::test_input_gradient_hooks_do_not_stack_up",
     "trainer-full-last-batch": "transformers/test_training_batches.py::test_upstream_leaves_the_last_batch_short",
     "trainer-compiled-evaluation": "transformers/test_evaluation.py::test_evaluations_reuse_one_compiled_graph_set",
@@ -52,7 +55,8 @@ COVERAGE = {
     "static-cache-recurrent-only":
         "transformers/test_recurrent_cache.py::test_static_cache_has_no_key_value_shape_to_allocate",
     "generate-chunked-prefill-recurrent-cache":
-        "transformers/test_recurrent_cache.py::test_without_the_prefill_fix_chunked_prefill_refuses_the_cache",
+        "transformers/test_recurrent_cache.py::"
+        "test_without_the_prefill_fix_chunked_prefill_refuses_the_cache_or_compiles_per_chunk",
     "*mamba-chunk-scan-initial-state":
         "transformers/test_recurrent_cache.py::test_without_the_scan_fix_later_prefill_chunks_forget_the_state",
     "qwen4-exp-indexer-static-shapes":
@@ -68,7 +72,7 @@ COVERAGE = {
     "tp-embedding-postprocessed-replicated":
         "transformers/test_tp_embedding_reads.py::test_muse_glimmer_tp2_equals_one_device_only_with_the_fix",
     "tp-all-reduce-local-params":
-        "transformers/test_tp_experts.py::test_without_local_params_the_shared_experts_mix_tensors_and_dtensors",
+        "transformers/test_tp_experts.py::test_shared_experts_all_reduced_equal_one_device_only_with_local_params",
     "inkling-tp-plan-packed-experts": "transformers/test_tp_experts.py::test_without_the_packed_split_tp2_logits_differ",
     "tp-shard-on-read-fused-checkpoint-tensors":
         "transformers/test_tp_loading.py::test_hrm_tp2_equals_one_device_only_with_the_fix",

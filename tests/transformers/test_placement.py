@@ -1,5 +1,6 @@
 """device_map on Neuron devices: "neuron" pinned to LOCAL_RANK, explicit devices, "auto" on neuron memory."""
 
+import os
 import subprocess
 import sys
 
@@ -8,6 +9,7 @@ import torch
 import transformers.modeling_utils as modeling_utils
 from transformers import AutoModelForCausalLM
 
+from hf_neuron.patching import get_fix
 from hf_neuron.transformers import placement, upstream_behaviour
 
 
@@ -62,8 +64,30 @@ def test_auto_maps_put_every_parameter_on_neuron(tiny_llama_dir, device_map):
 
 
 def test_upstream_auto_map_is_cpu(tiny_llama_dir):
+    """Where the fix applies, upstream's "auto" map is the CPU; where it decided upstream closes the gap
+    (accelerate 1.16), upstream's own map is on the neuron devices."""
     with upstream_behaviour(placement.MAX_MEMORY_FIX):
-        assert _devices(_load(tiny_llama_dir, device_map="auto")) == {"cpu"}
+        devices = _devices(_load(tiny_llama_dir, device_map="auto"))
+    if get_fix(placement.MAX_MEMORY_FIX).active:
+        assert devices == {"cpu"}
+    else:
+        assert {d.split(":")[0] for d in devices} == {"neuron"}, devices
+
+
+def test_deciding_the_fix_touches_no_device():
+    """Accelerate 1.16's ``get_max_memory()`` creates a tensor on every device: a detector calling it at
+    import would initialise the Neuron runtime before ``init_process_group``."""
+    code = (
+        "import torch\n"
+        "from hf_neuron.patching import get_fix\n"
+        "from hf_neuron.simulator.distributed import neuron_allocations\n"
+        "import transformers.modeling_utils\n"
+        f"fix = get_fix({placement.MAX_MEMORY_FIX!r})\n"
+        "print('DECIDED', fix.decided, 'ALLOCATIONS', neuron_allocations())\n"
+    )
+    env = {**os.environ, "HF_NEURON_SIMULATOR": "1"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert "DECIDED True ALLOCATIONS 0" in result.stdout, result.stdout + result.stderr[-3000:]
 
 
 def test_auto_spills_to_cpu_only_when_it_does_not_fit(tiny_llama_dir):

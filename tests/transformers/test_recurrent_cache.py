@@ -85,21 +85,50 @@ def test_static_cache_has_no_key_value_shape_to_allocate():
     assert llama._get_static_cache_init_shape() == (llama.config.num_key_value_heads, llama.config.head_dim)
 
 
-def test_without_the_prefill_fix_chunked_prefill_refuses_the_cache(fresh_dynamo):
+def _length_or_refusal(cache):
+    """The length ``cache`` reports, or the ``ValueError`` it refuses with (as text, to compare)."""
+    try:
+        return int(cache.get_seq_length())
+    except ValueError as exc:
+        return f"ValueError: {exc}"
+
+
+def _prefilled_cache(model, tokens: int):
+    """A dynamic cache of ``model`` after an eager forward over ``tokens`` tokens."""
+    cache = DynamicCache(config=model.config)
+    ids = workload_prompts(model.config.vocab_size, (tokens,))[0][None].to(model.device)
+    with torch.no_grad():
+        model(input_ids=ids, use_cache=True, **{cache_keyword(): cache})
+    return cache
+
+
+def test_without_the_prefill_fix_chunked_prefill_refuses_the_cache_or_compiles_per_chunk(fresh_dynamo):
     model = build_model("mamba2").eval().to("neuron")
-    prompt = workload_prompts(model.config.vocab_size, (20,))
-    with upstream_behaviour(PREFILL_FIX), pytest.raises(ValueError, match="only contain LinearAttention layers"):
-        generate_batches(model, prompt, 1, max_new_tokens=2, **SIZES)
+    prompts = workload_prompts(model.config.vocab_size, LENGTHS)
+    with upstream_behaviour(PREFILL_FIX):
+        refuses = isinstance(_length_or_refusal(_prefilled_cache(model, 5)), str)
+        if refuses:  # Transformers before 5.25: a cache of recurrent layers only has no length to give
+            with pytest.raises(ValueError, match="only contain LinearAttention layers"):
+                generate_batches(model, prompts[1:2], 1, max_new_tokens=2, **SIZES)
+        else:  # each chunk's mask is as wide as the prompt up to it: one graph per width
+            without, _ = generate_counting_graphs(model, prompts, 1, max_new_tokens=2, **SIZES)
+    count, _ = generate_counting_graphs(model, prompts, 1, max_new_tokens=2, **SIZES)
+
+    assert refuses or without > 2
+    assert count == 2
 
 
 def test_recurrent_prefill_flag_is_off_outside_generate(fresh_dynamo):
     model = build_model("mamba2").eval().to("neuron")
     generate_batches(model, workload_prompts(model.config.vocab_size, (20,)), 1, max_new_tokens=2, **SIZES)
     assert recurrent_cache.recurrent_prefill_active() is False
-    # Outside a prefill a recurrent-only cache refuses its length as upstream does.
-    cache = DynamicCache(config=model.config)
-    with pytest.raises(ValueError):
-        cache.get_seq_length()
+    # Outside a prefill a recurrent-only cache answers for its length as upstream does: a ValueError
+    # before Transformers 5.25, the tokens its layers have seen from 5.25.
+    cache = _prefilled_cache(model, 5)
+    with upstream_behaviour(PREFILL_FIX):
+        upstream = _length_or_refusal(cache)
+    assert _length_or_refusal(cache) == upstream
+    assert upstream == 5 or upstream.startswith("ValueError")
 
 
 def test_the_fixes_are_applied():

@@ -47,6 +47,21 @@ def fresh_verdicts(monkeypatch):
     monkeypatch.setattr(capture, "_verdicts", {})
 
 
+def _hybrid_sliding_gap_closed_upstream() -> bool:
+    """Whether the installed Transformers closes the gap of HYBRID_SLIDING_FIX (5.25 and later map
+    "hybrid_sliding" layers to the sliding-window mask), checked on upstream's table: the fix is then
+    not applied, and the tests check upstream's own behaviour instead of the fix."""
+    fix = get_fix(HYBRID_SLIDING_FIX)
+    if fix.active:
+        return False
+    from transformers.masking_utils import LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING, create_sliding_window_causal_mask
+
+    assert fix.status == "closed", fix.reason
+    assert LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING["hybrid_sliding"]["sliding_attention"] \
+        is create_sliding_window_causal_mask
+    return True
+
+
 @pytest.mark.parametrize("name", [MPT_FIX, MASK_SIZES_FIX, HYBRID_SLIDING_FIX, USE_CACHE_FIX])
 def test_fixes_are_applied(name):
     import transformers.models.mpt.modeling_mpt  # noqa: F401 - the MPT fix waits for its module
@@ -55,6 +70,8 @@ def test_fixes_are_applied(name):
 
     deliver_finished()
     apply_fixes("transformers")
+    if name == HYBRID_SLIDING_FIX and _hybrid_sliding_gap_closed_upstream():
+        return
     assert get_fix(name).active, get_fix(name).reason
 
 
@@ -97,14 +114,17 @@ def test_mpt_fix_changes_nothing_on_cpu():
 @pytest.mark.parametrize("name", [HYBRID_SLIDING_FIX, MASK_SIZES_FIX])
 def test_inkling_generates_in_two_graphs(name, fresh_dynamo, fresh_verdicts):
     model, prompts, expected = _models("inkling_text")
-    with upstream_behaviour(name):
-        try:
-            without, _ = _graphs_and_tokens(model, prompts, **STATIC)
-        except Exception:  # noqa: BLE001 - the sliding masks do not fit the sliding layer's keys
-            without = None
+    # Where upstream closes the gap, the run below is upstream's own behaviour for it: the same promise.
+    closed = name == HYBRID_SLIDING_FIX and _hybrid_sliding_gap_closed_upstream()
+    if not closed:
+        with upstream_behaviour(name):
+            try:
+                without, _ = _graphs_and_tokens(model, prompts, **STATIC)
+            except Exception:  # noqa: BLE001 - the sliding masks do not fit the sliding layer's keys
+                without = None
+        assert without is None or without > 2
     count, tokens = _graphs_and_tokens(model, prompts, **STATIC)
 
-    assert without is None or without > 2
     assert count == 2
     _assert_cpu_tokens(tokens, expected)
 
