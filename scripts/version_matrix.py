@@ -10,24 +10,24 @@ runs the tests of the fixes and of the README's promises in it.
     python scripts/version_matrix.py --list          # print the pins and the tests, run nothing
     python scripts/version_matrix.py -- -k padding   # extra pytest arguments after --
 
-The environment is kept in ``out/venv-oldest`` and reused while its pins are unchanged.
+The environment is kept in ``out/venv-oldest`` and reused while its pins (and the requirements
+``pyproject.toml`` declares) are unchanged. It must not have torchvision: the test of the fix for hosts
+without it runs here (it skips where torchvision is installed, as on the newest releases).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
-import tomllib
-import venv
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _environments import (LIBRARIES, ROOT, TEST_RUNNER, declared_ranges, ensure_venv, installed, isolated_env,
+                           lower_bound)
+
 #: Distributions pinned to their declared lower bound (the ones the adapters patch or build on,
 #: and the test runner, whose behaviour the test suite depends on).
-PINNED = ("torch", "transformers", "trl", "diffusers", "peft", "accelerate", "datasets", "tokenizers", "pytest",
-          "pytest-xdist")
+PINNED = LIBRARIES + TEST_RUNNER
 #: The tests of the fixes and of the README's figures (placement, generation graphs, sliding window,
 #: TP generation, TRL padding and loading, diffusers plans, fix detection).
 PROMISE_TESTS = (
@@ -55,6 +55,9 @@ PROMISE_TESTS = (
     "tests/transformers/test_tp_loading.py",
     "tests/transformers/test_plan.py",
     "tests/transformers/test_warmup.py",
+    # the fix for hosts without torchvision: it skips where torchvision is installed (the newest
+    # environment has it), so this environment, which has none, is where it runs
+    "tests/transformers/test_processors.py",
     "tests/trl/test_padding.py",
     "tests/trl/test_model_loading.py",
     "tests/trl/test_user_recipe.py",
@@ -81,42 +84,15 @@ NEWEST_ONLY = (
 
 def lower_bounds() -> dict[str, str]:
     """``{distribution: oldest declared version}`` from pyproject's dependencies and test extra."""
-    from packaging.requirements import Requirement
-
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    lines = project["dependencies"] + project["optional-dependencies"]["test"]
-    bounds = {}
-    for line in lines:
-        requirement = Requirement(line)
-        if requirement.name not in PINNED:
-            continue
-        lows = [spec.version for spec in requirement.specifier if spec.operator in (">=", "==", "~=")]
-        if len(lows) != 1:
-            raise SystemExit(f"pyproject.toml: {line!r} needs exactly one lower bound (>=) to pin the oldest release")
-        version = lows[0]
-        bounds[requirement.name] = version + ".0" * max(0, 3 - len(version.split(".")))  # 2.13 -> 2.13.0
-    missing = set(PINNED) - set(bounds)
-    if missing:
-        raise SystemExit(f"pyproject.toml declares no range for {sorted(missing)}")
-    return bounds
+    return {name: lower_bound(name, specifier) for name, specifier in declared_ranges(PINNED).items()}
 
 
-def ensure_env(path: Path, pins: dict[str, str]) -> Path:
-    python = path / "bin" / "python"
-    constraints = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
-    stamp = path / "pins.txt"
-    if python.exists() and stamp.exists() and stamp.read_text() == constraints:
-        return python
-    print(f"installing the oldest declared releases in {path}:\n{constraints}", flush=True)
-    if not python.exists():
-        venv.EnvBuilder(with_pip=True).create(path)
-    (path / "constraints.txt").write_text(constraints)
-    # torch==X from the README's command takes the CPU build this machine keeps on disk.
-    command = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-               f"torch=={pins['torch']}", "-e", f"{ROOT}[test]", "-c", str(path / "constraints.txt")]
-    subprocess.run(command, check=True, cwd=ROOT)
-    stamp.write_text(constraints)
-    return python
+def promise_tests_command(python: Path, pytest_args: list[str], newest_only: bool = False) -> list[str]:
+    """pytest on the promise tests in the environment of ``python``; ``NEWEST_ONLY`` deselected unless
+    ``newest_only`` (an environment of the newest releases)."""
+    deselect = [] if newest_only else [f"--deselect={test}" for test in NEWEST_ONLY]
+    return [str(python), "-m", "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider", *PROMISE_TESTS, *deselect,
+            *pytest_args]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,14 +106,18 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(f"{name}=={version}" for name, version in sorted(pins.items())))
         print("\n".join(PROMISE_TESTS))
         return 0
-    python = ensure_env(args.venv, pins)
+    # torch==X from the README's command takes the CPU build this machine keeps on disk.
+    python = ensure_venv(args.venv, pins, [f"torch=={pins['torch']}", "-e", f"{ROOT}[test]"],
+                         "the oldest declared releases")
     subprocess.run([str(python), "-m", "pip", "list", "--disable-pip-version-check"], check=True,
                    stdout=open(args.venv / "pip-list.txt", "w"))
-    env = dict(os.environ, PYTHONNOUSERSITE="1")
+    torchvision = installed(python, "torchvision")
+    if torchvision:
+        print(f"torchvision {torchvision} is installed in {args.venv}: tests/transformers/test_processors.py (the fix "
+              "for hosts without torchvision) would skip here as it does on the newest releases", file=sys.stderr)
+        return 1
     print(f"oldest declared releases: {', '.join(f'{n} {v}' for n, v in sorted(pins.items()))}", flush=True)
-    deselect = [f"--deselect={test}" for test in NEWEST_ONLY]
-    command = [str(python), "-m", "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider", *PROMISE_TESTS, *deselect, *args.pytest_args]
-    return subprocess.run(command, cwd=ROOT, env=env).returncode
+    return subprocess.run(promise_tests_command(python, args.pytest_args), cwd=ROOT, env=isolated_env()).returncode
 
 
 if __name__ == "__main__":
