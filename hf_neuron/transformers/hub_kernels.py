@@ -1,37 +1,30 @@
 """Models on Neuron with Hugging Face's ``kernels`` package installed, as Transformers 5.25 requires it.
 
 The hub has no kernels for Neuron devices, so on a neuron host nothing the package does selects a
-kernel; two of its hooks into Transformers still change what runs:
+kernel; two of its hooks into Transformers still change what runs, and each is left out there, as
+Transformers leaves them out when ``kernels`` is not installed:
 
 - ``load-without-hub-kernels``: ``from_pretrained`` kernelizes every model it loads
   (``use_kernels`` now defaults to True). With no kernel for the device, each layer that could take
   one (RMSNorm, MLP and mixer classes) gets its class's ``forward`` back, dropping a ``forward`` set on
   the module after it was built: the forwards tensor-parallel styles install (BitNet's sharded norm
   under ``DistributedConfig(tp_size=2)`` then mixes a DTensor weight with plain activations).
-- ``kernel-routing-outside-checkpointed-layers``, below.
-
-``kernel-routing-outside-checkpointed-layers``: with the package installed every attention
-class decorated ``@use_kernelized_func(apply_rotary_pos_emb)`` (Llama, Qwen3, Mistral and most
-others) gets a ``forward`` wrapper that routes the rotary function to a per-model kernel: on each call
-it sets a module-level context variable, calls the real forward and resets it. Under
-``torch.compile`` that is a write to state outside the traced function. Activation checkpointing,
-which TRL's SFT turns on by default, traces each decoder layer as a higher-order operator that refuses
-such writes: Dynamo breaks the graph, cannot resume inside the operator, and runs every checkpointed
-layer eagerly. A Llama training step then compiles 7 graphs instead of 3 and runs its layers op by
-op; on Neuron each eager op is a device dispatch.
-
-The hub has no kernels for Neuron devices, so the routing never selects anything there: on a neuron
-host the attention classes are left as the model's code defines them, as Transformers does when
-``kernels`` is not installed.
+- ``kernel-routing-outside-checkpointed-layers``: every attention class decorated
+  ``@use_kernelized_func(apply_rotary_pos_emb)`` (Llama, Qwen3, Mistral and most others) gets a
+  ``forward`` wrapper that routes the rotary function to a per-model kernel: on each call it sets a
+  module-level context variable, calls the real forward and resets it. Under ``torch.compile`` that is
+  a write to state outside the traced function. Activation checkpointing, which TRL's SFT turns on by
+  default, traces each decoder layer as a higher-order operator that refuses such writes: Dynamo breaks
+  the graph, cannot resume inside the operator, and runs every checkpointed layer eagerly. A Llama
+  training step then compiles 7 graphs instead of 3 and runs its layers op by op; on Neuron each eager
+  op is a device dispatch.
 """
 
 from __future__ import annotations
 
-import contextlib
-
 from hf_neuron.patching import fix, replace, wrap
 
-FIX_NAME = "kernel-routing-outside-checkpointed-layers"
+ROUTING_FIX = "kernel-routing-outside-checkpointed-layers"
 LOAD_FIX = "load-without-hub-kernels"
 
 HUB_KERNELS_MODULE = "transformers.integrations.hub_kernels"
@@ -129,7 +122,7 @@ def _attention_forward_is_wrapped() -> bool:
     return decorated.forward is not defined
 
 
-@fix(FIX_NAME, "transformers", _attention_forward_is_wrapped, waits_for=HUB_KERNELS_MODULE)
+@fix(ROUTING_FIX, "transformers", _attention_forward_is_wrapped, waits_for=HUB_KERNELS_MODULE)
 def patch_kernelized_classes() -> None:
     """With ``kernels`` installed, checkpointed decoder layers fall back to eager in compiled training.
 
@@ -143,4 +136,4 @@ def patch_kernelized_classes() -> None:
     """
     import transformers.integrations.hub_kernels as hub_kernels
 
-    replace(FIX_NAME, hub_kernels, "use_kernelized_func", _classes_unchanged)
+    replace(ROUTING_FIX, hub_kernels, "use_kernelized_func", _classes_unchanged)

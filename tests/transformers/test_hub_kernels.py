@@ -16,7 +16,7 @@ import transformers.integrations.hub_kernels  # noqa: F401  (decides the fix in 
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from hf_neuron.patching import get_fix
-from hf_neuron.transformers.hub_kernels import FIX_NAME, LOAD_FIX
+from hf_neuron.transformers.hub_kernels import LOAD_FIX, ROUTING_FIX
 
 pytestmark = [pytest.mark.slow]
 
@@ -48,8 +48,8 @@ def _falls_back(step: dict) -> bool:
 def test_checkpointed_layers_compile_whole():
     step = _step()
     assert not _falls_back(step), step["breaks"]
-    upstream = _step(HF_NEURON_DISABLE=FIX_NAME)
-    if get_fix(FIX_NAME).active:
+    upstream = _step(HF_NEURON_DISABLE=ROUTING_FIX)
+    if get_fix(ROUTING_FIX).active:
         # the installed Transformers routes kernels through every attention forward
         assert _falls_back(upstream) and upstream["graphs"] > step["graphs"], upstream
     else:
