@@ -71,17 +71,11 @@ def readme_row(kind: str, batch_size: int, graphs: dict[str, int], recompile_lim
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", nargs="+", default=["dense", "sliding"], choices=["dense", "sliding"])
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 4])
-    parser.add_argument("--recompile-limit", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads (tiny models: 1 avoids contention)")
+    w.add_benchmark_arguments(parser)
     args = parser.parse_args(argv)
 
-    if not hasattr(torch, "neuron") or not torch.neuron.is_available():
-        print("No neuron device: run on Trainium or with HF_NEURON_SIMULATOR=1.", file=sys.stderr)
+    if not w.start_benchmark(args):
         return 2
-    torch.set_num_threads(args.threads)
-    torch._dynamo.config.recompile_limit = args.recompile_limit
-    torch._dynamo.config.automatic_dynamic_shapes = False
 
     recipe = w.compiled_recipe()
     seed_compile = CompileConfig(backend="neuron", fullgraph=False, dynamic=False, mode="default")

@@ -21,15 +21,23 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def prefill_chunk_arg(values: list[int] | None):
+    """``--prefill-chunk`` as generate takes it: one size as an int, several as a list."""
+    if values is None:
+        return None
+    return values[0] if len(values) == 1 else values
+
+
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     """The workload options ``plan`` and ``warmup`` share (the same values must be used for both)."""
     p.add_argument("model", metavar="MODEL", help="local model folder (or, for plan, a config.json)")
     p.add_argument("--batch-sizes", type=int_list, default=[1], metavar="1,4",
-                   help="generation batch sizes (default: 1)")
+                   help="generation batch sizes, or the batch_buckets of generate (default: 1)")
     p.add_argument("--max-cache-len", type=int, default=None, metavar="N",
                    help="static cache length of generate (default: hf_neuron's 1024)")
-    p.add_argument("--prefill-chunk", type=int, default=None, metavar="N",
-                   help="prefill chunk size (default: min(512, max cache length))")
+    p.add_argument("--prefill-chunk", type=int_list, default=None, metavar="64,512",
+                   help="prefill chunk size, or several (prefill buckets, one graph each; default: 64,512 capped "
+                        "to half the max cache length)")
     p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel size (default: 1)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the config's)")
 
@@ -59,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
             plan = plan_training(args.model, args.max_length, args.per_device_batch, packing=args.packing,
                                  packing_strategy=args.packing_strategy, **hardware)
         else:
-            plan = plan_generation(args.model, args.batch_sizes, args.max_cache_len, args.prefill_chunk, **hardware)
+            plan = plan_generation(args.model, args.batch_sizes, args.max_cache_len, prefill_chunk_arg(args.prefill_chunk),
+                                   **hardware)
     except PlanError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

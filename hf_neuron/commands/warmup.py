@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-from hf_neuron.commands.plan import add_generation_arguments
+from hf_neuron.commands.plan import add_generation_arguments, prefill_chunk_arg
 
 
 def register(subparsers) -> None:
@@ -33,7 +33,8 @@ def _relaunch_under_torchrun(args: argparse.Namespace) -> int:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.tp}",
                "-m", "hf_neuron.cli", "warmup", args.model, "--batch-sizes", ",".join(map(str, args.batch_sizes)),
                "--tp", str(args.tp)]
-    for flag, value in (("--max-cache-len", args.max_cache_len), ("--prefill-chunk", args.prefill_chunk),
+    prefill_chunk = None if args.prefill_chunk is None else ",".join(map(str, args.prefill_chunk))
+    for flag, value in (("--max-cache-len", args.max_cache_len), ("--prefill-chunk", prefill_chunk),
                         ("--dtype", args.dtype)):
         if value is not None:
             command += [flag, str(value)]
@@ -51,6 +52,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not os.path.isdir(args.model):
         print(f"error: {args.model} is not a local model folder (save_pretrained output)", file=sys.stderr)
+        return 2
+    from hf_neuron.transformers.generation import DEFAULT_MAX_CACHE_LEN, resolve_prefill_buckets
+    from hf_neuron.transformers.prefill_schedule import check_prefill_buckets
+
+    try:  # before the model loads
+        check_prefill_buckets(resolve_prefill_buckets(prefill_chunk_arg(args.prefill_chunk)),
+                              args.max_cache_len or DEFAULT_MAX_CACHE_LEN)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
 
     import torch
@@ -77,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         model = AutoModelForCausalLM.from_pretrained(args.model, device_map="neuron", **load)
     try:
-        report = warmup(model, args.batch_sizes, args.max_cache_len, args.prefill_chunk, progress=rank == 0)
+        report = warmup(model, args.batch_sizes, args.max_cache_len, prefill_chunk_arg(args.prefill_chunk),
+                        progress=rank == 0)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -4,7 +4,8 @@ tests and ``benchmarks/generation_graphs.py``.
 8 greedy prompts of 20-140 tokens, ``max_cache_len=256``, ``prefill_chunk_size=32``, 16 new
 tokens, run one batch at a time (batch size 1: 8 calls; batch size 4: 2 calls, left padded to the
 longest prompt). The physical minimum is 2 graphs per (batch size, max_cache_len): one prefill
-chunk graph and one decode graph.
+chunk graph and one decode graph. :func:`add_benchmark_arguments` and :func:`start_benchmark` are the
+command-line set-up the generation benchmarks share.
 """
 
 from __future__ import annotations
@@ -94,3 +95,24 @@ def compiled_recipe(**overrides) -> dict:
     }
     recipe.update(overrides)
     return recipe
+
+
+def add_benchmark_arguments(parser) -> None:
+    """The options every generation benchmark takes: batch sizes, Dynamo's recompile limit, CPU threads."""
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 4])
+    parser.add_argument("--recompile-limit", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (tiny models: 1 avoids contention)")
+
+
+def start_benchmark(args) -> bool:
+    """Set threads and Dynamo for counting graphs (static shapes, ``args.recompile_limit``); False, with
+    a message saying what to do, when there is no neuron device."""
+    import sys
+
+    if not hasattr(torch, "neuron") or not torch.neuron.is_available():
+        print("No neuron device: run on Trainium or with HF_NEURON_SIMULATOR=1.", file=sys.stderr)
+        return False
+    torch.set_num_threads(args.threads)
+    torch._dynamo.config.recompile_limit = args.recompile_limit
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    return True

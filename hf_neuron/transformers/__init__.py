@@ -4,8 +4,11 @@
 imported. Each adaptation is a named fix (``hf-neuron env`` lists them); it is applied when the
 Transformers submodule it patches is imported. ``HF_NEURON_DISABLE=1`` applies none.
 
-- :mod:`.generation`: generate() compiles two graphs per (batch size, max_cache_len) and gets
-  Neuron defaults (static cache, max_cache_len, prefill chunking, "neuron" compile config).
+- :mod:`.generation`: generate() compiles one graph per prefill bucket plus one decode graph per
+  (batch size, max_cache_len), whatever the prompt lengths, and gets Neuron defaults (static cache,
+  max_cache_len, prefill buckets, "neuron" compile config); :mod:`.prefill_schedule` cuts a prompt
+  into bucket chunks.
+- :mod:`.batch_buckets`: generate pads a batch to the next of a few sizes (opt-in).
 - :mod:`.compiled_call`: generate compiles the forward of model types upstream leaves uncompiled (Llama 4).
 - :mod:`.recompile_limit`: generate keeps compiling past Dynamo's recompile limit of 8 graphs.
 - :mod:`.cache`: sliding-window static cache bookkeeping without a Python int guard.
@@ -43,7 +46,9 @@ import importlib
 from hf_neuron.patching import upstream_behaviour
 from hf_neuron.transformers.generation import (
     DEFAULT_MAX_CACHE_LEN,
+    DEFAULT_PREFILL_BUCKETS,
     DEFAULT_PREFILL_CHUNK_SIZE,
+    resolve_prefill_buckets,
     resolve_prefill_chunk_size,
 )
 from hf_neuron.transformers.tokenization import generation_padding_kwargs, tokenize_chats, tokenize_prompts
@@ -51,10 +56,10 @@ from hf_neuron.transformers.warmup import WarmupReport, warmup
 
 # Modules whose import registers fixes (importing them does not import Transformers submodules).
 FIX_MODULES = (
-    "generation", "cache", "placement", "loading", "tensor_parallel", "checkpointing", "training_batches", "evaluation",
-    "resume", "cache_dtype", "compiled_call", "recompile_limit", "cache_shapes", "cache_allocation",
-    "traced_cache_length", "moe_dispatch", "multimodal_merge", "processors", "tp_statistics", "recurrent_cache",
-    "indexed_attention", "module_states", "tp_experts", "tp_loading", "hub_kernels",
+    "generation", "batch_buckets", "cache", "placement", "loading", "tensor_parallel", "checkpointing",
+    "training_batches", "evaluation", "resume", "cache_dtype", "compiled_call", "recompile_limit", "cache_shapes",
+    "cache_allocation", "traced_cache_length", "moe_dispatch", "multimodal_merge", "processors", "tp_statistics",
+    "recurrent_cache", "indexed_attention", "module_states", "tp_experts", "tp_loading", "hub_kernels",
 )
 
 
@@ -74,10 +79,12 @@ def import_fix_targets() -> None:
 
 __all__ = [
     "DEFAULT_MAX_CACHE_LEN",
+    "DEFAULT_PREFILL_BUCKETS",
     "DEFAULT_PREFILL_CHUNK_SIZE",
     "generation_padding_kwargs",
     "import_fix_targets",
     "register",
+    "resolve_prefill_buckets",
     "resolve_prefill_chunk_size",
     "tokenize_chats",
     "tokenize_prompts",

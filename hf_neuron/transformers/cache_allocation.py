@@ -259,6 +259,16 @@ def mark_zero_states_as_previous(layer) -> None:
             flags[state_idx] = True
 
 
+def measured_chunk(prefill_chunk_size) -> int | None:
+    """The chunk length a fake first forward measures with: ``prefill_chunk_size``, or the smallest of
+    its prefill buckets when it is a list (every bucket allocates the same cache states)."""
+    if prefill_chunk_size is None or isinstance(prefill_chunk_size, int):
+        return prefill_chunk_size
+    from hf_neuron.transformers.prefill_schedule import prefill_buckets
+
+    return prefill_buckets(prefill_chunk_size)[0]
+
+
 def _measurable_ahead(model, prefill_chunk_size, *, sharded: bool = False) -> bool:
     """Whether generate's cache for ``model`` can be measured on a fake forward before the first one.
 
@@ -277,6 +287,7 @@ def _allocate_every_layer(original, self, cache_implementation, batch_size, max_
                           model_kwargs, *args, **kwargs):
     cache = original(self, cache_implementation, batch_size, max_cache_len, prefill_chunk_size, model_kwargs,
                      *args, **kwargs)
+    prefill_chunk_size = measured_chunk(prefill_chunk_size)
     pending = unallocated_layers(cache)
     if not pending or not _measurable_ahead(self, prefill_chunk_size):
         return cache
@@ -401,6 +412,7 @@ def _reallocate_misallocated(original, self, cache_implementation, batch_size, m
                              model_kwargs, *args, **kwargs):
     cache = original(self, cache_implementation, batch_size, max_cache_len, prefill_chunk_size, model_kwargs,
                      *args, **kwargs)
+    prefill_chunk_size = measured_chunk(prefill_chunk_size)
     if not _measurable_ahead(self, prefill_chunk_size, sharded=True):
         return cache
     key = (batch_size, cache.get_max_length(), prefill_chunk_size, self.dtype, str(self.device))

@@ -1,7 +1,8 @@
-"""``generate()`` that compiles exactly two graphs per (batch size, ``max_cache_len``) on Neuron.
+"""``generate()`` that compiles one graph per prefill bucket plus one decode graph per (batch size, ``max_cache_len``).
 
-On Trainium every distinct graph is a neuronx-cc compile of minutes, so generation must reuse one
-prefill-chunk graph and one decode graph. Upstream Transformers already has the pieces (static
+On Trainium every distinct graph is a neuronx-cc compile of minutes, so generation must reuse a
+fixed set of prefill-chunk graphs (one per bucket: two graphs in all with one chunk size) and one
+decode graph, whatever the prompt lengths. Upstream Transformers already has the pieces (static
 cache, chunked prefill, the "neuron" auto-compile path); these fixes close the gaps that make it
 compile more graphs than that, and fill in the recipe for a model on a neuron device:
 
@@ -10,17 +11,21 @@ compile more graphs than that, and fill in the recipe for a model on a neuron de
 - ``generate-compiled-prefill-mask``: the first chunk may get no mask (SDPA ``is_causal`` skip)
   and the next ones a mask tensor: two prefill graphs.
 - ``generate-pad-prompt-to-chunk``: a prompt that is not a multiple of the chunk size ends with a
-  shorter chunk: one more graph per distinct remainder. We left-pad inside ``generate``.
+  shorter chunk: one more graph per distinct remainder. We cut every prompt into chunks of the
+  prefill buckets (left padding, or an overlapping last chunk / the decode graph near the cache's end).
+- ``generate-compiled-prefill-recurrent-mask``: hybrid models' linear-attention mask is skipped for
+  unpadded prompts only: two prefill graphs.
 - ``generate-max-cache-len-check``: a prompt that does not fit ``max_cache_len`` silently grows
   the cache (new graphs); we raise before anything compiles.
-- ``generate-neuron-defaults``: static cache, ``max_cache_len``, ``prefill_chunk_size`` and a
-  static-shape "neuron" compile config, where the user set none.
+- ``generate-neuron-defaults``: static cache, ``max_cache_len``, ``prefill_chunk_size`` (prefill
+  buckets 64 and 512) and a static-shape "neuron" compile config, where the user set none.
 
 The sliding-window cache fix lives in :mod:`hf_neuron.transformers.cache`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 
@@ -28,19 +33,26 @@ import torch
 
 from hf_neuron.devices import model_on_neuron
 from hf_neuron.patching import fix, wrap
+from hf_neuron.transformers.prefill_schedule import check_prefill_buckets, prefill_buckets, schedule_prefill
 
 logger = logging.getLogger("hf_neuron")
 
 #: ``max_cache_len`` used for a model on Neuron when the user sets none. Every graph is compiled for
 #: this cache length; prompt + max_new_tokens must fit in it.
 DEFAULT_MAX_CACHE_LEN = 1024
-#: ``prefill_chunk_size`` used when the user sets none (capped to ``max_cache_len``).
+#: The largest prefill bucket used when the user sets none.
 DEFAULT_PREFILL_CHUNK_SIZE = 512
+#: ``prefill_chunk_size`` used when the user sets none: two prefill buckets, each one graph (capped to
+#: half of ``max_cache_len``). Measured by ``benchmarks/prefill_buckets.py`` on prompts of 5-1000 tokens: one
+#: 512 chunk computes 3.7x the prompt tokens at batch size 1 (a 5-token prompt pays for 512), adding
+#: the 64 bucket brings it to 1.2x for one more graph per batch size.
+DEFAULT_PREFILL_BUCKETS = (64, DEFAULT_PREFILL_CHUNK_SIZE)
 
 GENERATION_MODULE = "transformers.generation.utils"
 
 STRIDES_FIX = "generate-prefill-chunk-strides"
 MASK_FIX = "generate-compiled-prefill-mask"
+RECURRENT_MASK_FIX = "generate-compiled-prefill-recurrent-mask"
 PAD_FIX = "generate-pad-prompt-to-chunk"
 FIT_FIX = "generate-max-cache-len-check"
 DEFAULTS_FIX = "generate-neuron-defaults"
@@ -74,11 +86,20 @@ def cache_keyword() -> str:
     raise RuntimeError(f"prepare_inputs_for_generation takes none of {CACHE_KEYWORDS} (parameters: {list(parameters)})")
 
 
-def resolve_prefill_chunk_size(prefill_chunk_size: int | None = None, max_cache_len: int | None = None) -> int:
-    """The chunk size generate uses on Neuron: the given one, else our default capped to the cache."""
+def resolve_prefill_buckets(prefill_chunk_size=None, max_cache_len: int | None = None) -> tuple[int, ...]:
+    """The prefill chunk sizes generate uses on Neuron, ascending: the given ``prefill_chunk_size`` (an
+    int or a list), else :data:`DEFAULT_PREFILL_BUCKETS` capped to half the cache."""
     if prefill_chunk_size is not None:
-        return int(prefill_chunk_size)
-    return min(DEFAULT_PREFILL_CHUNK_SIZE, max_cache_len or DEFAULT_MAX_CACHE_LEN)
+        return prefill_buckets(prefill_chunk_size)
+    # A chunk as long as the cache leaves no slot for generated tokens: the defaults stop at half of it.
+    largest = max(1, (max_cache_len or DEFAULT_MAX_CACHE_LEN) // 2)
+    return tuple(sorted({min(size, largest) for size in DEFAULT_PREFILL_BUCKETS}))
+
+
+def resolve_prefill_chunk_size(prefill_chunk_size=None, max_cache_len: int | None = None) -> int:
+    """The smallest prefill chunk generate uses on Neuron: prompts padded to a multiple of it need no
+    more padding (see :func:`resolve_prefill_buckets`)."""
+    return resolve_prefill_buckets(prefill_chunk_size, max_cache_len)[0]
 
 
 def _static_cache_implementations() -> tuple[str, ...]:
@@ -218,10 +239,64 @@ def patch_compiled_prefill_mask() -> None:
     )
 
 
+def _recurrent_mask_materialized_in_compiled_prefill(original, *args, **kwargs):
+    mask = original(*args, **kwargs)
+    if mask is not None or not _compiled_prefill_active:
+        return mask
+    names = ("config", "inputs_embeds", "attention_mask")
+    given = {**dict(zip(names, args)), **kwargs}
+    inputs_embeds, attention_mask = given.get("inputs_embeds"), given.get("attention_mask")
+    if attention_mask is None or attention_mask.ndim != 2 or inputs_embeds is None or inputs_embeds.shape[1] == 1:
+        return mask
+    return attention_mask[:, -inputs_embeds.shape[1]:].contiguous()
+
+
+def _recurrent_mask_skipped_without_padding() -> bool:
+    from transformers.masking_utils import create_recurrent_attention_mask
+
+    mask = create_recurrent_attention_mask(
+        config=_probe_config(), inputs_embeds=torch.zeros(1, 2, 4), attention_mask=torch.ones(1, 2, dtype=torch.long)
+    )
+    return mask is None
+
+
+def _recurrent_mask_entries():
+    """``(mapping, key)`` of every entry of Transformers' per-layer-type mask functions that builds the
+    recurrent (linear-attention, convolution) padding mask, nested "hybrid" entries included."""
+    from transformers import masking_utils
+
+    found, pending = [], [masking_utils.LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING]
+    while pending:
+        mapping = pending.pop()
+        for key, value in mapping.items():
+            if isinstance(value, dict):
+                pending.append(value)
+            elif value is masking_utils.create_recurrent_attention_mask:
+                found.append((mapping, key))
+    return found
+
+
+@fix(RECURRENT_MASK_FIX, "transformers", _recurrent_mask_skipped_without_padding, waits_for=GENERATION_MODULE)
+def patch_compiled_prefill_recurrent_mask() -> None:
+    """A compiled prefill of a hybrid model gets a linear-attention mask for padded prompts and none otherwise.
+
+    Gap: the padding mask of linear-attention and convolution layers (Qwen3-Next, Qwen3.5, LFM2,
+    Granite 4 hybrids...) is skipped when the 2D mask is all ones, outside tracing; ``generate``
+    builds the masks outside the compiled forward, so a prompt that needs no padding and one that
+    does are two prefill graphs (and a batch mixing lengths is a third input set). Detected by
+    asking ``create_recurrent_attention_mask`` for an unpadded two-token prompt. Patch: while
+    ``generate`` runs a compiled chunked prefill, the registered recurrent mask function returns the
+    chunk's 2D mask even when it is all ones (multiplying by ones changes nothing); single-token
+    forwards keep upstream's ``None``, as the decode graph does.
+    """
+    from transformers.generation.utils import GenerationMixin
+
+    wrap(RECURRENT_MASK_FIX, GenerationMixin, "_prefill", _prefill_flagging_compiled_masks)
+    for mapping, key in _recurrent_mask_entries():
+        wrap(RECURRENT_MASK_FIX, mapping, key, _recurrent_mask_materialized_in_compiled_prefill, mapping=True)
+
+
 # ----------------------------------------------------------------------------- prompt padding
-
-_warned_no_room = False
-
 
 def _full_attention_capacity(cache) -> int | None:
     """Slots of the non-sliding static layers (sliding layers never run out)."""
@@ -243,70 +318,119 @@ def _given(value) -> bool:
     return value is not None
 
 
-def _holds_no_tokens(cache) -> bool:
-    """Whether ``cache`` starts a generation. A cache of recurrent layers only keeps no length; its
-    prefill takes the prompt as new tokens, as upstream's unchunked prefill does."""
-    from hf_neuron.transformers.recurrent_cache import recurrent_only
-
-    return recurrent_only(cache) or int(cache.get_seq_length()) == 0
-
-
-def _prompt_padding(self, input_ids, generation_config, model_kwargs, is_first_iteration) -> int:
-    """Tokens to add on the left so that every prefill chunk is full, or 0."""
+def _text_prompt(self, input_ids, model_kwargs) -> bool:
+    """A batch of token ids only: padding or re-cutting it moves no image or audio token."""
     from transformers.generation.utils import MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL
 
-    chunk = generation_config.prefill_chunk_size
-    if not chunk or not is_first_iteration or self.config.is_encoder_decoder or input_ids.dim() != 2:
-        return 0
-    length = input_ids.shape[1]
-    padding = -length % chunk
-    if padding == 0 or model_kwargs.get("inputs_embeds") is not None:
-        return 0
-    # Padding would move the positions of image or audio tokens: only text prompts are padded.
-    if any(_given(model_kwargs.get(key)) for key in MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL):
-        return 0
-    if any(_given(model_kwargs.get(key)) for key in ("mm_token_type_ids", "moe_mm_token_type_ids")):
-        return 0
+    if self.config.is_encoder_decoder or input_ids.dim() != 2 or model_kwargs.get("inputs_embeds") is not None:
+        return False
+    keys = (*MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL, "mm_token_type_ids", "moe_mm_token_type_ids")
+    return not any(_given(model_kwargs.get(key)) for key in keys)
+
+
+def _schedule_for(self, input_ids, generation_config, model_kwargs, is_first_iteration, buckets):
+    """The prompt's :class:`~hf_neuron.transformers.prefill_schedule.PrefillSchedule`, or None when
+    this prefill is not a compiled one of a fresh static cache (upstream's prefill then runs)."""
+    from hf_neuron.transformers.recurrent_cache import recurrent_only
+
+    if not is_first_iteration or not _text_prompt(self, input_ids, model_kwargs):
+        return None
     cache = generation_cache(model_kwargs)
-    if cache is None or not getattr(cache, "is_compileable", False) or not _holds_no_tokens(cache):
-        return 0
-    if generation_config._pad_token_tensor is None:
-        return 0
+    if cache is None or not getattr(cache, "is_compileable", False):
+        return None
+    # A cache of recurrent layers only keeps no length: its prefill takes the prompt as new tokens in
+    # one call (as upstream's unchunked prefill does), so it cannot be resumed from a later position.
+    resumable = not recurrent_only(cache)
+    if resumable and int(cache.get_seq_length()) != 0:
+        return None
     if not self._valid_auto_compile_criteria(model_kwargs, generation_config):
-        return 0
+        return None
+    length = input_ids.shape[1]
     capacity = _full_attention_capacity(cache)
     new_tokens = generation_config.max_length - length
-    if capacity is not None and length + padding + new_tokens - 1 > capacity:
-        global _warned_no_room
-        if not _warned_no_room:
-            _warned_no_room = True
-            logger.warning(
-                "hf_neuron: the prompt (%d tokens) padded to a multiple of prefill_chunk_size=%d plus "
-                "max_new_tokens=%d does not fit the static cache (%d slots); generating without padding, "
-                "which compiles one more prefill graph. Raise max_cache_len to avoid it.",
-                length,
-                chunk,
-                new_tokens,
-                capacity,
-            )
-        return 0
-    return padding
+    schedule = schedule_prefill(
+        length,
+        buckets,
+        room=None if capacity is None else capacity - new_tokens + 1,
+        can_pad=generation_config._pad_token_tensor is not None,
+        rewindable=_rewindable(cache),
+        one_size=not resumable,
+    )
+    if schedule.decode_tail and not resumable:
+        return None  # no pad token and a length no bucket divides: upstream's prefill (one more graph)
+    return schedule
 
 
-def _prefill_with_padded_prompt(original, self, input_ids, generation_config, model_kwargs, *args, **kwargs):
-    padding = _prompt_padding(self, input_ids, generation_config, model_kwargs, kwargs.get("is_first_iteration", True))
-    if padding:
-        batch, length = input_ids.shape
-        attention_mask = model_kwargs.get("attention_mask")
-        if attention_mask is None:
-            attention_mask = input_ids.new_ones((batch, length))
-        pad_id = generation_config._pad_token_tensor.to(input_ids.device)
-        input_ids = torch.cat([pad_id.expand(batch, padding).to(input_ids.dtype), input_ids], dim=-1)
-        model_kwargs["attention_mask"] = torch.nn.functional.pad(attention_mask, (padding, 0), value=0)
-        for key in ("position_ids", "token_type_ids"):
-            if model_kwargs.get(key) is not None:
-                model_kwargs[key] = torch.nn.functional.pad(model_kwargs[key], (padding, 0), value=0)
-    return original(self, input_ids, generation_config, model_kwargs, *args, **kwargs)
+def _rewindable(cache) -> bool:
+    """Whether ``cache.crop`` can take back the newest positions. Layers of recurrent states (linear
+    attention) call themselves croppable but can only be cropped while recording every past state,
+    which a prefill does not do: a cache holding one is never rewound."""
+    return bool(getattr(cache, "is_croppable", False)) and not any(
+        hasattr(layer, "record_past") for layer in getattr(cache, "layers", ()))
+
+
+def _left_pad(input_ids, generation_config, model_kwargs, padding):
+    batch, length = input_ids.shape
+    attention_mask = model_kwargs["attention_mask"]
+    pad_id = generation_config._pad_token_tensor.to(input_ids.device)
+    input_ids = torch.cat([pad_id.expand(batch, padding).to(input_ids.dtype), input_ids], dim=-1)
+    model_kwargs["attention_mask"] = torch.nn.functional.pad(attention_mask, (padding, 0), value=0)
+    for key in ("position_ids", "token_type_ids"):
+        if model_kwargs.get(key) is not None:
+            model_kwargs[key] = torch.nn.functional.pad(model_kwargs[key], (padding, 0), value=0)
+    return input_ids
+
+
+def _with_chunk_size(generation_config, size):
+    config = copy.copy(generation_config)
+    config.prefill_chunk_size = size
+    return config
+
+
+def _prefill_up_to(original, self, input_ids, generation_config, model_kwargs, end, size, *args, **kwargs):
+    """Upstream's chunked prefill of the prompt's positions up to ``end`` in chunks of ``size``,
+    resuming after what the cache holds (upstream slices the new tokens by the cache length)."""
+    attention_mask = model_kwargs["attention_mask"]
+    model_kwargs["attention_mask"] = attention_mask[:, :end]
+    outputs = original(self, input_ids[:, :end], _with_chunk_size(generation_config, size), model_kwargs, *args, **kwargs)
+    model_kwargs["attention_mask"] = attention_mask
+    return outputs
+
+
+def _prefill_on_schedule(original, self, input_ids, generation_config, model_kwargs, *args, **kwargs):
+    if generation_config.prefill_chunk_size is None:
+        return original(self, input_ids, generation_config, model_kwargs, *args, **kwargs)
+    buckets = prefill_buckets(generation_config.prefill_chunk_size)
+    first = kwargs.get("is_first_iteration", args[0] if args else True)
+    schedule = _schedule_for(self, input_ids, generation_config, model_kwargs, first, buckets)
+    if schedule is None:
+        return original(self, input_ids, _with_chunk_size(generation_config, buckets[-1]), model_kwargs, *args, **kwargs)
+    if model_kwargs.get("attention_mask") is None:  # resuming needs the mask to tell old tokens from new
+        model_kwargs["attention_mask"] = input_ids.new_ones(input_ids.shape)
+    if schedule.padding:
+        input_ids = _left_pad(input_ids, generation_config, model_kwargs, schedule.padding)
+    outputs, end = None, 0
+    chunks = list(schedule.chunks)
+    last = chunks.pop() if schedule.overlap else None
+    # Consecutive chunks of one size are one upstream call.
+    while chunks:
+        size, count = chunks[0], 1
+        while count < len(chunks) and chunks[count] == size:
+            count += 1
+        del chunks[:count]
+        end += size * count
+        outputs = _prefill_up_to(original, self, input_ids, generation_config, model_kwargs, end, size, *args, **kwargs)
+    full = input_ids.shape[1]
+    if last is not None:
+        generation_cache(model_kwargs).crop(-schedule.overlap)
+        outputs = _prefill_up_to(original, self, input_ids, generation_config, model_kwargs, full, last, *args, **kwargs)
+    elif schedule.decode_tail:
+        # The tail runs the decode graph: under the decode stage's settings (Transformers switches MoE
+        # experts to their decode implementation there), or the same shape would be another graph.
+        decode_stage = getattr(self, "_optimize_model_for_decode", contextlib.nullcontext)
+        with decode_stage():
+            outputs = _prefill_up_to(original, self, input_ids, generation_config, model_kwargs, full, 1, *args, **kwargs)
+    return outputs
 
 
 def _generate_leaves_last_chunk_short() -> bool:
@@ -349,15 +473,19 @@ def patch_pad_prompt_to_chunk() -> None:
     """A prompt whose length is not a multiple of ``prefill_chunk_size`` compiles one more graph.
 
     Gap: chunked prefill splits the prompt into full chunks and a remainder; every distinct
-    remainder is a new static shape (measured: 21 graphs for 8 unpadded prompts). Detected by running
-    upstream ``_prefill`` on a probe model and comparing the chunk lengths. Patch: when the prefill
-    is compiled, ``generate`` left-pads the prompt batch to a multiple of the chunk size with the pad
-    token, a zero attention mask and zero positions (what tokenizer left padding gives) for the
-    prefill only: the returned sequences and ``max_new_tokens`` are unchanged.
+    remainder is a new static shape (measured: 21 graphs for 8 unpadded prompts), and upstream
+    takes one chunk size only. Detected by running upstream ``_prefill`` on a probe model and
+    comparing the chunk lengths. Patch: when the prefill is compiled, ``generate`` runs it on the
+    schedule of :mod:`hf_neuron.transformers.prefill_schedule`: the prompt batch left padded (pad
+    token, zero attention mask and positions, as tokenizer left padding) to a sum of the prefill
+    buckets (``prefill_chunk_size``, an int or a list); for a prompt too long to pad within the cache,
+    the last chunk overlaps the one before it (a rewindable cache) or the last tokens run through the
+    decode graph. Every prompt that fits uses the bucket graphs and the decode graph only; the
+    returned sequences and ``max_new_tokens`` are unchanged.
     """
     from transformers.generation.utils import GenerationMixin
 
-    wrap(PAD_FIX, GenerationMixin, "_prefill", _prefill_with_padded_prompt)
+    wrap(PAD_FIX, GenerationMixin, "_prefill", _prefill_on_schedule)
 
 
 # ----------------------------------------------------------------------------- max_cache_len check
@@ -502,8 +630,12 @@ def _prepare_generation_config_with_neuron_defaults(original, self, generation_c
             generation_config.max_cache_len = DEFAULT_MAX_CACHE_LEN
             applied.append(f"max_cache_len={DEFAULT_MAX_CACHE_LEN}")
         if generation_config.prefill_chunk_size is None and "prefill_chunk_size" not in kwargs:
-            generation_config.prefill_chunk_size = resolve_prefill_chunk_size(None, generation_config.max_cache_len)
+            buckets = resolve_prefill_buckets(None, generation_config.max_cache_len)
+            generation_config.prefill_chunk_size = list(buckets) if len(buckets) > 1 else buckets[0]
             applied.append(f"prefill_chunk_size={generation_config.prefill_chunk_size}")
+        if generation_config.prefill_chunk_size is not None:
+            # A bad bucket list fails here, before a cache is allocated or a graph compiled.
+            check_prefill_buckets(generation_config.prefill_chunk_size, generation_config.max_cache_len)
     compile_config, what = _neuron_compile_config(self, generation_config.compile_config)
     if what is not None:
         generation_config.compile_config = compile_config
@@ -536,12 +668,17 @@ def patch_neuron_generation_defaults() -> None:
     at its defaults passes ``mode="reduce-overhead"`` (and automatic dynamic shapes) to the "neuron"
     backend. Detected by merging an empty generation config: upstream leaves these unset. Patch: for
     a model on a neuron device, fill only what the user did not set - static cache,
-    ``max_cache_len=1024``, ``prefill_chunk_size=min(512, max_cache_len)``, and a "neuron" compile
-    config with ``dynamic=False, mode="default"`` - logged once at info level.
+    ``max_cache_len=1024``, ``prefill_chunk_size=[64, 512]`` (prefill buckets, capped to half of
+    ``max_cache_len``), and a "neuron" compile config with ``dynamic=False, mode="default"`` - logged
+    once at info level. A bad ``prefill_chunk_size`` (sizes not positive, repeated, or longer than
+    ``max_cache_len``) raises here, before a cache is allocated.
     """
     from transformers.generation.utils import GenerationMixin
 
     wrap(DEFAULTS_FIX, GenerationMixin, "_prepare_generation_config", _prepare_generation_config_with_neuron_defaults)
 
 
-__all__ = ["DEFAULT_MAX_CACHE_LEN", "DEFAULT_PREFILL_CHUNK_SIZE", "resolve_prefill_chunk_size"]
+__all__ = [
+    "DEFAULT_MAX_CACHE_LEN", "DEFAULT_PREFILL_BUCKETS", "DEFAULT_PREFILL_CHUNK_SIZE", "resolve_prefill_buckets",
+    "resolve_prefill_chunk_size",
+]

@@ -7,8 +7,9 @@ planned input shape is traced by Dynamo into a recording backend that runs the g
 tensors. That gives, per shape, the number of graphs Dynamo produces (graph breaks included) and the
 peak memory of the tensors the graph creates; nothing is compiled for a device.
 
-- Generation (``plan_generation``): per batch size, the prefill-chunk graph ([batch, chunk]) and the
-  decode graph ([batch, 1]) of compiled ``generate`` with a static cache of ``max_cache_len``;
+- Generation (``plan_generation``): per batch size (or batch bucket), one prefill graph per prefill
+  bucket ([batch, chunk]) and the decode graph ([batch, 1]) of compiled ``generate`` with a static
+  cache of ``max_cache_len``;
   memory = weights (per tensor-parallel rank) + static KV cache + the larger graph's activations.
 - Training (``plan_training``): the batch shapes of a TRL SFT run on Neuron (packed: one shape;
   unpacked: the multiples of 128 up to ``max_length``) and the graphs of one training step per
@@ -30,7 +31,8 @@ from typing import Any
 import torch
 
 from hf_neuron.transformers.capture import chunked_prefill_cache, generation_steps, step_inputs
-from hf_neuron.transformers.generation import DEFAULT_MAX_CACHE_LEN, generation_compiles, resolve_prefill_chunk_size
+from hf_neuron.transformers.generation import DEFAULT_MAX_CACHE_LEN, generation_compiles, resolve_prefill_buckets
+from hf_neuron.transformers.prefill_schedule import check_prefill_buckets
 
 #: TRL pads unpacked SFT batches to a multiple of this on Neuron (``pad_to_multiple_of="auto"``).
 TRAINING_PAD_MULTIPLE = 128
@@ -338,7 +340,7 @@ def plan_generation(
     source,
     batch_sizes=(1,),
     max_cache_len: int | None = None,
-    prefill_chunk_size: int | None = None,
+    prefill_chunk_size: int | list[int] | None = None,
     *,
     tp: int = 1,
     dtype=None,
@@ -351,9 +353,15 @@ def plan_generation(
     if not sizes:
         raise PlanError("give at least one batch size, e.g. --batch-sizes 1,4")
     cache_len = _positive("max_cache_len", int(max_cache_len or DEFAULT_MAX_CACHE_LEN))
-    chunk = _positive("prefill_chunk_size", resolve_prefill_chunk_size(prefill_chunk_size, cache_len))
-    if chunk >= cache_len:
-        raise PlanError(f"prefill_chunk_size={chunk} leaves no room in max_cache_len={cache_len} for generated tokens")
+    try:
+        buckets = check_prefill_buckets(resolve_prefill_buckets(prefill_chunk_size, cache_len), cache_len)
+    except ValueError as e:
+        raise PlanError(str(e)) from None
+    # A bucket the cache cannot follow with a generated token is never run by generate.
+    buckets = [b for b in buckets if b < cache_len]
+    if not buckets:
+        raise PlanError(f"prefill_chunk_size={prefill_chunk_size} leaves no room in max_cache_len={cache_len} for "
+                        f"generated tokens")
     torch_dtype, model = _planned_model(config, dtype, tp)
     memory = MemoryEstimate(weights=_weight_bytes(model, tp), device_bytes=device_bytes(instance, logical_nc_config))
     compiles, reason = generation_compiles(model)
@@ -365,23 +373,28 @@ def plan_generation(
     untraced = None
     with _fresh_dynamo():
         for batch in sizes:
-            cache = chunked_prefill_cache(model, batch, cache_len, chunk, torch.device("meta"))
-            memory.kv_cache = max(memory.kv_cache, math.ceil(_cache_bytes(cache) / tp))
-            try:
-                prefill, decode, peak = _trace_generation(model, cache, batch, chunk)
-            except Exception as e:  # an op the meta device cannot run: fall back to what generate guarantees
-                untraced = untraced or f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-                prefill, decode, peak = 1, 1, 0
-            plan.graphs += [PlannedGraph("prefill", batch, chunk, prefill), PlannedGraph("decode", batch, 1, decode)]
-            memory.activations = max(memory.activations, peak)
+            decode = None
+            for chunk in buckets:
+                cache = chunked_prefill_cache(model, batch, cache_len, chunk, torch.device("meta"))
+                memory.kv_cache = max(memory.kv_cache, math.ceil(_cache_bytes(cache) / tp))
+                try:
+                    prefill, decoded, peak = _trace_generation(model, cache, batch, chunk)
+                except Exception as e:  # an op the meta device cannot run: fall back to what generate guarantees
+                    untraced = untraced or f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                    prefill, decoded, peak = 1, 1, 0
+                decode = decoded if decode is None else decode
+                plan.graphs.append(PlannedGraph("prefill", batch, chunk, prefill))
+                memory.activations = max(memory.activations, peak)
+            plan.graphs.append(PlannedGraph("decode", batch, 1, decode))
     if untraced:
         plan.notes.append(
             f"not traced on the meta device ({untraced}): graphs are hf_neuron's guarantee for compiled generation "
             f"(one prefill-chunk and one decode graph per batch size) and activations are not included"
         )
     plan.notes.append(
-        f"prompts are left padded to a multiple of {chunk} tokens; padded prompt + max_new_tokens must fit "
-        f"max_cache_len={cache_len}, a longer request raises before compiling"
+        f"prompts are prefilled in chunks of {', '.join(map(str, buckets))} tokens (one graph each), left padded "
+        f"to the fewest positions; every prompt with prompt + max_new_tokens <= max_cache_len={cache_len} uses "
+        f"these graphs, a longer request raises before compiling"
     )
     plan.notes.append(
         "memory is that of one generate call: a finished call's static cache is freed when Python's garbage "

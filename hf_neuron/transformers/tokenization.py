@@ -27,7 +27,7 @@ def generation_padding_kwargs(
 
     ``padding=True, padding_side="left", pad_to_multiple_of=<chunk>``, where the chunk is
     ``prefill_chunk_size``, else the model's ``generation_config.prefill_chunk_size``, else the
-    default generate uses on Neuron (512, capped to ``max_cache_len``).
+    smallest prefill bucket generate uses on Neuron (64 by default).
     """
     return {
         "padding": True,

@@ -1,11 +1,12 @@
 """``warmup(model, batch_sizes=..., max_cache_len=...)``: compile a generation workload's graphs before traffic.
 
 On Trainium a serving process otherwise compiles on its first requests (minutes each). Generation
-on Neuron compiles two graphs per (batch size, ``max_cache_len``) - a prefill-chunk graph and a
-decode graph - whatever the prompt lengths (see :mod:`hf_neuron.transformers.generation`), so one
-greedy call per batch size, with a one-chunk dummy prompt and two new tokens, compiles exactly that
-set. Later requests with any prompt length that fits and a warmed batch size compile nothing; with
-the compiled-graph cache on disk, a later process loads the same graphs instead of compiling them.
+on Neuron compiles, per (batch size, ``max_cache_len``), one graph per prefill bucket and one decode
+graph, whatever the prompt lengths (see :mod:`hf_neuron.transformers.prefill_schedule`), so one
+greedy call per batch size and bucket, with a dummy prompt of exactly that bucket's length and two
+new tokens, compiles exactly that set. Later requests with any prompt length that fits and a warmed
+batch size (or batch bucket) compile nothing; with the compiled-graph cache on disk, a later process
+loads the same graphs instead of compiling them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Iterable
 import torch
 
 from hf_neuron.devices import model_on_neuron
-from hf_neuron.transformers.generation import DEFAULT_MAX_CACHE_LEN, resolve_prefill_chunk_size
+from hf_neuron.transformers.generation import DEFAULT_MAX_CACHE_LEN, resolve_prefill_buckets
+from hf_neuron.transformers.prefill_schedule import check_prefill_buckets
 
 logger = logging.getLogger("hf_neuron")
 
@@ -31,7 +33,7 @@ class WarmupReport:
 
     batch_sizes: list[int]
     max_cache_len: int
-    prefill_chunk_size: int
+    prefill_buckets: list[int]
     graphs: int
     misses: int | None
     shapes: list[list[int]]
@@ -39,7 +41,7 @@ class WarmupReport:
     def summary(self) -> str:
         misses = "unknown" if self.misses is None else str(self.misses)
         return (f"warm-up: {self.graphs} graphs for batch sizes {self.batch_sizes} (max_cache_len="
-                f"{self.max_cache_len}, prefill_chunk_size={self.prefill_chunk_size}); compiled (cache misses): "
+                f"{self.max_cache_len}, prefill buckets {self.prefill_buckets}); compiled (cache misses): "
                 f"{misses}, loaded from the cache: "
                 f"{'unknown' if self.misses is None else self.graphs - self.misses}")
 
@@ -65,15 +67,16 @@ def warmup(
     model,
     batch_sizes: int | Iterable[int] = (1,),
     max_cache_len: int | None = None,
-    prefill_chunk_size: int | None = None,
+    prefill_chunk_size: int | list[int] | None = None,
     *,
     progress: bool = True,
 ) -> WarmupReport:
     """Compile the prefill and decode graphs of greedy generation for each batch size.
 
-    ``max_cache_len`` and ``prefill_chunk_size`` must be the values later ``generate`` calls use
-    (default: the Neuron defaults, 1024 and ``min(512, max_cache_len)``, which ``generate`` also uses
-    when you pass none). Returns a :class:`WarmupReport`; nothing is generated for the caller.
+    ``max_cache_len`` and ``prefill_chunk_size`` (an int or a list of prefill buckets) must be the
+    values later ``generate`` calls use (default: the Neuron defaults, 1024 and ``[64, 512]`` capped to
+    half of ``max_cache_len``, which ``generate`` also uses when you pass none). ``batch_sizes``: every batch
+    size traffic uses, or its ``batch_buckets``. Returns a :class:`WarmupReport`; nothing is generated for the caller.
     """
     from tqdm.auto import tqdm
 
@@ -86,21 +89,24 @@ def warmup(
         )
     sizes = _batch_sizes(batch_sizes)
     cache_len = int(max_cache_len or DEFAULT_MAX_CACHE_LEN)
-    chunk = resolve_prefill_chunk_size(prefill_chunk_size, cache_len)
-    if chunk < 1 or chunk + WARMUP_NEW_TOKENS - 1 > cache_len:
-        default = "" if prefill_chunk_size is not None else " (the default, min(512, max_cache_len))"
+    buckets = check_prefill_buckets(resolve_prefill_buckets(prefill_chunk_size, cache_len), cache_len)
+    # A bucket the cache cannot follow with a generated token is never run by generate either.
+    usable = [b for b in buckets if b + WARMUP_NEW_TOKENS - 1 <= cache_len]
+    if not usable:
+        default = "" if prefill_chunk_size is not None else " (the default: 64 and 512, at most half the cache)"
         raise ValueError(
-            f"prefill_chunk_size={chunk}{default} leaves no room for generated tokens in max_cache_len={cache_len}: "
-            f"pass prefill_chunk_size of at most {cache_len - WARMUP_NEW_TOKENS + 1} tokens (the same value to "
-            f"generate) or a larger max_cache_len."
+            f"prefill_chunk_size={list(buckets)}{default} leaves no room for generated tokens in max_cache_len="
+            f"{cache_len}: pass prefill chunk sizes of at most {cache_len - WARMUP_NEW_TOKENS + 1} tokens (the same "
+            f"value to generate) or a larger max_cache_len."
         )
     token = _dummy_token_id(model)
     kwargs = {"max_cache_len": cache_len}
     if prefill_chunk_size is not None:
-        kwargs["prefill_chunk_size"] = int(prefill_chunk_size)
+        kwargs["prefill_chunk_size"] = prefill_chunk_size if isinstance(prefill_chunk_size, int) else list(buckets)
+    calls = [(batch, chunk) for batch in sizes for chunk in usable]
     with count_graphs() as graphs:
-        bar = tqdm(sizes, desc="hf_neuron warm-up", unit="batch size", disable=not progress)
-        for batch in bar:
+        bar = tqdm(calls, desc="hf_neuron warm-up", unit="graph set", disable=not progress)
+        for batch, chunk in bar:
             bar.set_postfix_str(f"batch {batch}: prefill [{batch}, {chunk}] + decode [{batch}, 1]")
             input_ids = torch.full((batch, chunk), token, dtype=torch.long, device=model.device)
             with torch.no_grad():
@@ -119,7 +125,7 @@ def warmup(
     from hf_neuron.simulator.graph_log import input_shape
 
     shapes = sorted({input_shape(r) for r in graphs.records if input_shape(r)})
-    report = WarmupReport(sizes, cache_len, chunk, graphs.count, graphs.misses, [list(s) for s in shapes])
+    report = WarmupReport(sizes, cache_len, list(usable), graphs.count, graphs.misses, [list(s) for s in shapes])
     logger.info("hf_neuron: %s", report.summary())
     return report
 

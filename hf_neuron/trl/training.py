@@ -9,8 +9,8 @@
   Neuron; nothing says so. hf_neuron logs a one-line hint (main process, once).
 - ``trl.compiled_generation_on_neuron``: the online trainers (GRPO, RLOO, distillation) generate with
   ``disable_compile=True``, so their in-loop generation runs eagerly on Neuron. hf_neuron lets it
-  compile there: with the static cache and chunked prefill of the Transformers adapter, two graphs
-  per batch size.
+  compile there: with the static cache and chunked prefill of the Transformers adapter, one graph
+  per prefill bucket the prompts use, plus the decode graph, per batch size.
 """
 
 from __future__ import annotations

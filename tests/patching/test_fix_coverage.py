@@ -21,6 +21,9 @@ COVERAGE = {
     "generate-prefill-chunk-strides": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
     "generate-compiled-prefill-mask": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
     "generate-pad-prompt-to-chunk": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
+    "generate-compiled-prefill-recurrent-mask":
+        "transformers/test_prefill_buckets.py::test_hybrid_prompts_with_and_without_padding_share_the_prefill_graph",
+    "generate-batch-buckets": "transformers/test_batch_buckets.py::test_without_the_fix_each_batch_size_compiles",
     "static-sliding-window-cache": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
     "generate-recompile-limit":
         "transformers/test_generation_graphs.py::test_more_batch_sizes_than_dynamos_default_recompile_limit",

@@ -35,9 +35,10 @@ def _generate(model, input_ids, max_new_tokens=3, **kwargs):
 
 
 def test_defaults_compile_with_static_cache(llama, fresh_dynamo):
-    # Three lengths, each padded to the default 512-token chunk (a longer prompt padded to 1024 would
-    # leave no room in the default 1024-slot cache: generate warns and compiles one more graph).
-    prompts = [_prompt(length, seed) for seed, length in enumerate((40, 300, 470))]
+    # Short and long prompts over the default prefill buckets, 64 and 512 tokens: one graph each and
+    # the decode graph (900 tokens cannot be padded to 1024 and leave room for 3 new tokens in the
+    # default 1024-slot cache: its last chunk overlaps or its tail runs through the decode graph).
+    prompts = [_prompt(length, seed) for seed, length in enumerate((40, 300, 470, 900))]
     expected = [llama.generate(prompt, max_new_tokens=3, do_sample=False) for prompt in prompts]
     llama.to("neuron")
     with graph_log.count_graphs() as graphs:
@@ -46,7 +47,7 @@ def test_defaults_compile_with_static_cache(llama, fresh_dynamo):
         assert isinstance(out.past_key_values, StaticCache)
         assert out.past_key_values.get_max_length() == DEFAULT_MAX_CACHE_LEN
         assert torch.equal(out.sequences.cpu(), want)
-    assert graphs.count == 2
+    assert sorted(graph_log.input_shape(r) for r in graphs.records) == [(1, 1), (1, 64), (1, 512)]
 
 
 def test_without_the_fix_nothing_compiles(llama, fresh_dynamo):

@@ -23,11 +23,15 @@ def measured_shapes(records):
     return sorted(s for s in map(graph_log.input_shape, records) if s is not None)
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral"])  # dense; sliding window (not traceable on meta)
-def test_generation_plan_equals_the_graph_log_and_the_measured_memory(arch, tmp_path, fresh_dynamo):
+@pytest.mark.parametrize("arch, chunk, shapes", [
+    ("llama", CHUNK, [(1, 1), (1, 32), (4, 1), (4, 32)]),  # dense
+    ("mistral", CHUNK, [(1, 1), (1, 32), (4, 1), (4, 32)]),  # sliding window (not traceable on meta)
+    ("llama", [8, 32], [(1, 1), (1, 8), (1, 32), (4, 1), (4, 8), (4, 32)]),  # two prefill buckets
+])
+def test_generation_plan_equals_the_graph_log_and_the_measured_memory(arch, chunk, shapes, tmp_path, fresh_dynamo):
     path = save_tiny_model(arch, tmp_path / arch)
-    plan = plan_generation(path, [1, 4], CACHE_LEN, CHUNK)
-    assert plan.compiled and plan.graph_count == 4
+    plan = plan_generation(path, [1, 4], CACHE_LEN, chunk)
+    assert plan.compiled and plan.graph_count == len(shapes)
 
     model = build_model(arch)
     prompts = workload_prompts(model.config.vocab_size)  # 20-140 tokens: several chunks and remainders
@@ -43,10 +47,10 @@ def test_generation_plan_equals_the_graph_log_and_the_measured_memory(arch, tmp_
                 gc.collect()
                 torch.neuron.reset_peak_memory_stats()
                 generate_batches(model, prompts[start:start + batch], batch, max_cache_len=CACHE_LEN,
-                                 prefill_chunk_size=CHUNK, max_new_tokens=8)
+                                 prefill_chunk_size=chunk, max_new_tokens=8)
                 peak = max(peak, torch.neuron.max_memory_allocated() - baseline)
 
-    assert measured_shapes(graphs.records) == planned_shapes(plan) == [(1, 1), (1, 32), (4, 1), (4, 32)]
+    assert measured_shapes(graphs.records) == planned_shapes(plan) == shapes
     assert plan.memory.weights == sum(p.numel() * p.element_size() for p in model.parameters()) + sum(
         b.numel() * b.element_size() for b in model.buffers())
     if plan.memory.activations:
@@ -125,12 +129,12 @@ def test_cli_says_whether_the_model_fits(tmp_path, capsys, fresh_dynamo):
     config = _big_llama_config(tmp_path)
     assert main(["plan", str(config), "--max-cache-len", "1024", "--json"]) == 1
     single = json.loads(capsys.readouterr().out)
-    assert single["memory"]["fits"] is False and single["graph_count"] == 2
+    assert single["memory"]["fits"] is False and single["graph_count"] == 3  # buckets 64, 512 + decode
     assert single["memory"]["device_bytes"] == 24 << 30
 
     assert main(["plan", str(config), "--max-cache-len", "1024", "--tp", "4"]) == 0
     out = capsys.readouterr().out
-    assert "graphs per rank: 2" in out and ": fits" in out
+    assert "graphs per rank: 3" in out and ": fits" in out
     sharded = plan_generation(config, [1], 1024, tp=4)
     assert math.isclose(sharded.memory.weights, single["memory"]["weights"] / 4, rel_tol=0.05)
 

@@ -17,7 +17,7 @@ from hf_neuron.testing.tiny_models import build_model
 from hf_neuron.transformers import warmup
 
 WORKER = Path(__file__).with_name("_cold_start_worker.py")
-PROMPT_LENGTHS = (5, 64, 130, 257, 388, 500)  # the defaults' 512-token chunk: every remainder differs
+PROMPT_LENGTHS = (5, 64, 130, 257, 388, 500)  # over the default prefill buckets, 64 and 512 tokens
 
 
 def _worker(mode, model_dir, out, cache_dir, nproc=None, **env):
@@ -37,8 +37,8 @@ def test_after_warmup_mixed_traffic_compiles_no_graph_with_cpu_tokens(fresh_dyna
     model.to("neuron")
 
     report = warmup(model, batch_sizes=[1, 2], progress=False)
-    assert report.graphs == 4 and (report.max_cache_len, report.prefill_chunk_size) == (1024, 512)
-    assert report.shapes == [[1, 1], [1, 512], [2, 1], [2, 512]]
+    assert report.graphs == 6 and (report.max_cache_len, report.prefill_buckets) == (1024, [64, 512])
+    assert report.shapes == [[1, 1], [1, 64], [1, 512], [2, 1], [2, 64], [2, 512]]
 
     with count_graphs() as graphs:
         tokens = {b: generate_batches(model, prompts, b, max_new_tokens=5) for b in (1, 2)}
@@ -49,7 +49,8 @@ def test_after_warmup_mixed_traffic_compiles_no_graph_with_cpu_tokens(fresh_dyna
 
 
 def test_without_warmup_the_same_traffic_compiles(fresh_dynamo):
-    """The control: the traffic itself compiles the 4 graphs when nothing warmed them."""
+    """The control: the traffic itself compiles its graphs when nothing warmed them (short prompts: the
+    64-token bucket and decode, per batch size)."""
     model = build_model("llama").to("neuron")
     prompts = workload_prompts(model.config.vocab_size, PROMPT_LENGTHS[:2])
     with count_graphs() as graphs:
@@ -61,12 +62,12 @@ def test_without_warmup_the_same_traffic_compiles(fresh_dynamo):
 def test_fresh_process_on_a_warmed_or_imported_cache_records_no_miss(tiny_llama_dir, tmp_path, monkeypatch):
     warmed = tmp_path / "warmed"
     first = _worker("warmup", tiny_llama_dir, tmp_path / "warmup.json", warmed)
-    assert first["graphs"] == 4 and first["misses"] == 4
+    assert first["graphs"] == 6 and first["misses"] == 6
     cold = _worker("traffic", tiny_llama_dir, tmp_path / "cold.json", tmp_path / "empty")
-    assert cold["graphs"] == 4 and cold["misses"] == 4  # the control: a cold process compiles
+    assert cold["graphs"] == 6 and cold["misses"] == 6  # the control: a cold process compiles
 
     served = _worker("traffic", tiny_llama_dir, tmp_path / "served.json", warmed)
-    assert served["graphs"] == 4 and served["misses"] == 0
+    assert served["graphs"] == 6 and served["misses"] == 0
     assert served["tokens"] == cold["tokens"]
     assert sorted(served["keys"]) == sorted(first["keys"])
 
@@ -80,7 +81,7 @@ def test_fresh_process_on_a_warmed_or_imported_cache_records_no_miss(tiny_llama_
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(imported_dir))
     assert main(["cache", "import", str(archive)]) == 0
     imported = _worker("traffic", tiny_llama_dir, tmp_path / "imported.json", imported_dir)
-    assert imported["graphs"] == 4 and imported["misses"] == 0
+    assert imported["graphs"] == 6 and imported["misses"] == 0
     assert imported["tokens"] == cold["tokens"]
 
 
@@ -102,6 +103,29 @@ def test_concurrent_four_rank_warmup_loses_no_entry(tiny_llama_dir, tmp_path):
     assert sorted(p.name for p in cache.iterdir()) == sorted(p.name for p in entries)  # no temporary file left
 
 
+def test_warmup_of_prefill_and_batch_buckets_then_any_traffic_compiles_nothing(fresh_dynamo):
+    """Prefill buckets 4 and 16, batch buckets 1 and 4: warm-up compiles 3 graphs per batch bucket, then
+    batches of 1-4 rows with prompts of every length up to the cache compile none, with CPU tokens."""
+    model = build_model("llama")
+    lengths = range(1, 46)
+    prompts = workload_prompts(model.config.vocab_size, lengths)
+    expected = {b: generate_batches(model, prompts, b, max_new_tokens=3) for b in (1, 3, 4)}
+    model.to("neuron")
+    model.generation_config.batch_buckets = [1, 4]
+    try:
+        report = warmup(model, batch_sizes=[1, 4], max_cache_len=48, prefill_chunk_size=[16, 4], progress=False)
+        assert report.graphs == 6 and report.prefill_buckets == [4, 16]
+        assert report.shapes == [[1, 1], [1, 4], [1, 16], [4, 1], [4, 4], [4, 16]]
+        with count_graphs() as graphs:
+            tokens = {b: generate_batches(model, prompts, b, max_new_tokens=3, max_cache_len=48,
+                                          prefill_chunk_size=[16, 4]) for b in (1, 3, 4)}
+    finally:
+        del model.generation_config.batch_buckets
+    assert graphs.count == 0
+    for b in (1, 3, 4):
+        assert all(torch.equal(got, want) for got, want in zip(tokens[b], expected[b])), b
+
+
 def test_warmup_needs_a_model_on_neuron():
     with pytest.raises(ValueError, match="device_map='neuron'"):
         warmup(build_model("llama"), batch_sizes=[1])
@@ -110,6 +134,8 @@ def test_warmup_needs_a_model_on_neuron():
 @pytest.mark.parametrize("kwargs, message", [
     ({"batch_sizes": [0]}, "positive integers"),
     ({"batch_sizes": [1], "max_cache_len": 64, "prefill_chunk_size": 64}, "no room"),
+    ({"batch_sizes": [1], "max_cache_len": 64, "prefill_chunk_size": [16, 16]}, "repeats"),
+    ({"batch_sizes": [1], "max_cache_len": 64, "prefill_chunk_size": [16, 128]}, "longer than max_cache_len"),
 ])
 def test_warmup_rejects_bad_settings_before_compiling(kwargs, message):
     model = build_model("llama").to("neuron")
