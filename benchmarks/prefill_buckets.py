@@ -38,7 +38,7 @@ from transformers import CompileConfig  # noqa: E402
 from transformers.generation.utils import GenerationMixin  # noqa: E402
 
 from hf_neuron.testing import generation_workload as w  # noqa: E402
-from hf_neuron.testing.graphs import count_graphs  # noqa: E402
+from hf_neuron.graphs import count_graphs  # noqa: E402
 from hf_neuron.transformers import upstream_behaviour  # noqa: E402
 
 MAX_CACHE_LEN = 1024

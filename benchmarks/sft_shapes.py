@@ -156,7 +156,7 @@ def main() -> None:
                         help='comma-separated "data/variant" rows to run, e.g. "packed/with hf_neuron" (default: all)')
     args = parser.parse_args()
 
-    from hf_neuron.testing.tiny_models import save_tiny_model
+    from hf_neuron.tiny_models import save_tiny_model
     from hf_neuron.testing.user_scripts import with_evaluation
 
     work = Path(tempfile.mkdtemp(prefix="sft-shapes-"))

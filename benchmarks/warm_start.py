@@ -38,7 +38,7 @@ def child(mode: str, model_dir: str, batch_sizes: list[int]) -> None:
     from transformers import AutoModelForCausalLM
 
     from hf_neuron.testing.generation_workload import left_pad, workload_prompts
-    from hf_neuron.testing.graphs import count_graphs
+    from hf_neuron.graphs import count_graphs
     from hf_neuron.transformers import warmup
 
     torch.set_num_threads(1)
@@ -96,7 +96,7 @@ def main() -> int:
         child(mode, model_dir, [int(b) for b in batches.split(",")])
         return 0
 
-    from hf_neuron.testing.tiny_models import save_tiny_model
+    from hf_neuron.tiny_models import save_tiny_model
 
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     with tempfile.TemporaryDirectory() as scratch:

@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     if not args.no_compile:
         pipe.transformer.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)
 
-    from hf_neuron.testing.graphs import count_graphs
+    from hf_neuron.graphs import count_graphs
 
     call = {"prompt_embeds": prompt_embeds, "prompt_embeds_mask": prompt_embeds_mask, "height": args.height,
             "width": args.width, "num_inference_steps": args.steps}

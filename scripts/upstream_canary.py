@@ -13,7 +13,7 @@ Before raising a cap:
 
   1. ``python scripts/upstream_canary.py --list`` (``--pre`` for pre-releases): what is beyond the caps.
   2. ``python scripts/upstream_canary.py``: read the table. A fix UNKNOWN means its detector no longer
-     recognises the upstream code it patches; a failing promise test means a fix or a README figure no
+     recognises the upstream code it patches; a failing promise test means a fix or a documented figure no
      longer holds; "blocked" means pip cannot install the release beside the other verified releases
      (the row names the requirement in the way: try ``--together``, or wait for that library).
   3. Fix what it names; rerun only that release with ``--library NAME==VERSION`` until its verdict is

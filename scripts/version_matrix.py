@@ -4,7 +4,7 @@ The dependency ranges are a promise: every release in them passes the tests. The
 a fresh ``pip install`` resolves (the README's commands test it); this script proves the oldest
 end. It reads the lower bound of each checked dependency from ``pyproject.toml`` (so the pins can
 never drift from what is declared), builds a virtual environment with exactly those releases, and
-runs the tests of the fixes and of the README's promises in it.
+runs the tests of the fixes and of the documented promises in it.
 
     python scripts/version_matrix.py                 # oldest releases, the promise tests
     python scripts/version_matrix.py --list          # print the pins and the tests, run nothing
@@ -28,39 +28,40 @@ from _environments import (LIBRARIES, ROOT, TEST_RUNNER, declared_ranges, ensure
 #: Distributions pinned to their declared lower bound (the ones the adapters patch or build on,
 #: and the test runner, whose behaviour the test suite depends on).
 PINNED = LIBRARIES + TEST_RUNNER
-#: The tests of the fixes and of the README's figures (placement, generation graphs, sliding window,
+#: The tests of the fixes and of the documented figures (placement, generation graphs, sliding window,
 #: TP generation, TRL padding and loading, diffusers plans, fix detection).
 PROMISE_TESTS = (
     "tests/patching",
     "tests/test_adapters.py",
     "tests/test_cli.py::test_env_check_passes_on_the_installed_releases",
-    "tests/transformers/test_placement.py",
-    "tests/transformers/test_generation_graphs.py",
-    "tests/transformers/test_generation_defaults.py",
-    "tests/transformers/test_prefill_schedule.py",
-    "tests/transformers/test_prefill_buckets.py",
-    "tests/transformers/test_batch_buckets.py",
-    "tests/transformers/test_sliding_window_cache.py",
-    "tests/transformers/test_tensor_parallel.py",
-    "tests/transformers/test_model_tp_plans.py",
+    "tests/transformers/loading/test_placement.py",
+    "tests/transformers/generation/test_generation_graphs.py",
+    "tests/transformers/generation/test_generation_defaults.py",
+    "tests/transformers/generation/test_prefill_schedule.py",
+    "tests/transformers/generation/test_prefill_buckets.py",
+    "tests/transformers/generation/test_batch_buckets.py",
+    "tests/transformers/generation/test_sliding_window_cache.py",
+    "tests/transformers/tensor_parallel/test_tensor_parallel.py",
+    "tests/transformers/tensor_parallel/test_model_tp_plans.py",
     "tests/transformers/test_optout.py",
-    "tests/transformers/test_checkpointing.py",
-    "tests/transformers/test_training_batches.py",
-    "tests/transformers/test_evaluation.py",
-    "tests/transformers/test_cache_dtype.py",
-    "tests/transformers/test_cache_shapes.py",
-    "tests/transformers/test_cache_allocation.py",
-    "tests/transformers/test_compiled_call.py",
-    "tests/transformers/test_capture.py",
-    "tests/transformers/test_indexed_attention.py",
-    "tests/transformers/test_module_states.py",
-    "tests/transformers/test_tp_experts.py",
-    "tests/transformers/test_tp_loading.py",
+    "tests/transformers/training/test_checkpointing.py",
+    "tests/transformers/training/test_batches.py",
+    "tests/transformers/training/test_evaluation.py",
+    "tests/transformers/generation/test_cache_dtype.py",
+    "tests/transformers/models/test_falcon.py",
+    "tests/transformers/generation/test_cache_allocation.py",
+    "tests/transformers/generation/test_compiled_call.py",
+    "tests/transformers/generation/test_capture.py",
+    "tests/transformers/models/test_qwen4_exp.py",
+    "tests/transformers/models/test_deepseek_v4.py",
+    "tests/transformers/models/test_recurrent_gemma.py",
+    "tests/transformers/models/test_inkling.py",
+    "tests/transformers/tensor_parallel/test_fused_tensors.py",
     "tests/transformers/test_plan.py",
-    "tests/transformers/test_warmup.py",
+    "tests/transformers/generation/test_warmup.py",
     # the fix for hosts without torchvision: it skips where torchvision is installed (the newest
     # environment has it), so this environment, which has none, is where it runs
-    "tests/transformers/test_processors.py",
+    "tests/transformers/loading/test_processors.py",
     "tests/trl/test_padding.py",
     "tests/trl/test_model_loading.py",
     "tests/trl/test_user_recipe.py",
@@ -73,9 +74,9 @@ PROMISE_TESTS = (
 #: preference trainers' multi-epoch runs (GRPO's fix test runs here); the warm-up's fresh-process run;
 #: the SFT recipe's TP x FSDP2 layout (its TP=2 and the user script's one-process and FSDP2 runs stay here).
 NEWEST_ONLY = (
-    "tests/transformers/test_tensor_parallel.py::test_tp_generation_matches_single_device[4]",
-    "tests/transformers/test_warmup.py::test_concurrent_four_rank_warmup_loses_no_entry",
-    "tests/transformers/test_warmup.py::test_fresh_process_on_a_warmed_or_imported_cache_records_no_miss",
+    "tests/transformers/tensor_parallel/test_tensor_parallel.py::test_tp_generation_matches_single_device[4]",
+    "tests/transformers/generation/test_warmup.py::test_concurrent_four_rank_warmup_loses_no_entry",
+    "tests/transformers/generation/test_warmup.py::test_fresh_process_on_a_warmed_or_imported_cache_records_no_miss",
     "tests/trl/test_preference_and_online.py::test_dpo_two_epochs_bounded_shapes_and_cpu_losses",
     "tests/trl/test_preference_and_online.py::test_other_trainers_train_compiled_with_bounded_graphs",
     # every test of the recipe's TP x FSDP2 run (the run is shared, so all of them or none)
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                    stdout=open(args.venv / "pip-list.txt", "w"))
     torchvision = installed(python, "torchvision")
     if torchvision:
-        print(f"torchvision {torchvision} is installed in {args.venv}: tests/transformers/test_processors.py (the fix "
+        print(f"torchvision {torchvision} is installed in {args.venv}: tests/transformers/loading/test_processors.py (the fix "
               "for hosts without torchvision) would skip here as it does on the newest releases", file=sys.stderr)
         return 1
     print(f"oldest declared releases: {', '.join(f'{n} {v}' for n, v in sorted(pins.items()))}", flush=True)

@@ -41,7 +41,7 @@ def test_no_command_prints_help(capsys):
 
 
 def test_warmup_command_compiles_the_planned_graphs_once(tmp_path, capsys, monkeypatch):
-    from hf_neuron.testing.tiny_models import save_tiny_model
+    from hf_neuron.tiny_models import save_tiny_model
 
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff"))
     model = save_tiny_model("llama", tmp_path / "llama")

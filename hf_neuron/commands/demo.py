@@ -21,7 +21,7 @@ def run(args) -> int:
         return 1
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hf_neuron.testing.tiny_models import save_tiny_model
+    from hf_neuron.tiny_models import save_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         path = save_tiny_model(args.arch, tmp, seed=0)

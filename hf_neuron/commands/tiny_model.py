@@ -25,7 +25,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hf_neuron.testing.tiny_models import (
+    from hf_neuron.tiny_models import (
         TinyModelError,
         is_multimodal_text_only,
         known_model_types,

@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.model):
         print(f"error: {args.model} is not a local model folder (save_pretrained output)", file=sys.stderr)
         return 2
-    from hf_neuron.transformers.generation import DEFAULT_MAX_CACHE_LEN, resolve_prefill_buckets
-    from hf_neuron.transformers.prefill_schedule import check_prefill_buckets
+    from hf_neuron.transformers.generation.defaults import DEFAULT_MAX_CACHE_LEN, resolve_prefill_buckets
+    from hf_neuron.transformers.generation.prefill_schedule import check_prefill_buckets
 
     try:  # before the model loads
         check_prefill_buckets(resolve_prefill_buckets(prefill_chunk_arg(args.prefill_chunk)),

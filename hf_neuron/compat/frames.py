@@ -6,7 +6,7 @@ called it. Telling model code (``transformers/models/...``) from hf_neuron's own
 any fixed directory name only holds on one machine. So each frame's file is compared with the
 directories the packages are imported from, wherever they are installed (site-packages, an
 editable checkout, a wheel unpacked elsewhere), and shown relative to the directory holding its
-package: ``transformers/models/llama/modeling_llama.py``, ``hf_neuron/transformers/generation.py``.
+package: ``transformers/models/llama/modeling_llama.py``, ``hf_neuron/transformers/generation/defaults.py``.
 """
 
 from __future__ import annotations

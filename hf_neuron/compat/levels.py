@@ -3,7 +3,7 @@
 Every level compares the device against a CPU reference of the same tiny model (same checkpoint on
 disk, loaded twice):
 
-- L1 builds the tiny model (``hf_neuron.testing.tiny_models``) and loads it with
+- L1 builds the tiny model (``hf_neuron.tiny_models``) and loads it with
   ``device_map=<device>``; every parameter and buffer must land on the device.
 - L2 eager forward: logits within a tight tolerance of CPU.
 - L3 greedy ``generate`` with the Neuron defaults (static cache, prefill chunking, compiled with
@@ -27,7 +27,7 @@ from typing import Callable
 from hf_neuron.compat import frames as frames_of
 from hf_neuron.compat import results as R
 from hf_neuron.compat.archs import KIND_MULTIMODAL, KIND_REMOTE_CODE, ArchSpec
-from hf_neuron.testing.graphs import count_graphs
+from hf_neuron.graphs import count_graphs
 
 NEW_TOKENS = 8
 # L3's workload: a small cache and chunk (passed to generate as a user would) so that tiny prompts
@@ -225,7 +225,7 @@ class ArchRun:
     # ---- L1: build and load ----------------------------------------------------------------
     def level_l1(self) -> dict:
         import torch
-        from hf_neuron.testing import tiny_models
+        from hf_neuron import tiny_models
 
         try:
             self.model_dir = Path(tiny_models.save_tiny_model(
@@ -233,7 +233,7 @@ class ArchRun:
             cls = tiny_models.model_class_for(self.spec.model_type)
         except Exception as exc:
             reason, op = describe_exception(exc, stage="tiny model")
-            raise LevelFailure(reason, op or "hf_neuron.testing.tiny_models") from exc
+            raise LevelFailure(reason, op or "hf_neuron.tiny_models") from exc
         self.record["model_class"] = cls.__name__
         self.stage("load on CPU")
         self.cpu_model = cls.from_pretrained(self.model_dir, dtype=torch.float32).eval()
@@ -329,7 +329,7 @@ class ArchRun:
     def level_l3(self) -> dict:
         import torch
 
-        from hf_neuron.transformers.generation import generation_compiles
+        from hf_neuron.transformers.generation.defaults import generation_compiles
 
         compiles, eager_reason = generation_compiles(self.dev_model)
         # The cache sizes are static-cache settings: generate of a model that keeps a dynamic cache is

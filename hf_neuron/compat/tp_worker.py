@@ -40,7 +40,7 @@ def _device_for_rank(device: str, local_rank: int) -> str:
 def run_tp(spec: ArchSpec, device: str, workdir: Path, world: int) -> dict:
     import torch
 
-    from hf_neuron.testing import tiny_models
+    from hf_neuron import tiny_models
 
     model_dir = workdir / spec.model_type
     # Phase 1 saved it, unless this is a --resume in a new run: then rank 0 saves it again (same seed,

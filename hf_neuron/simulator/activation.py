@@ -12,10 +12,8 @@ _active = False
 
 def real_torch_neuronx_installed() -> bool:
     """True when a real torch-neuronx (not our shim) is importable."""
-    from hf_neuron.simulator import torch_neuronx_shim
-
     for finder in sys.meta_path:
-        if isinstance(finder, torch_neuronx_shim.ShimFinder):
+        if getattr(finder, "simulates_torch_neuronx", False):  # our shim (importing it here would be a cycle)
             continue
         find_spec = getattr(finder, "find_spec", None)
         if find_spec is None:

@@ -31,10 +31,10 @@ import warnings
 from typing import Any
 
 from hf_neuron.simulator import graph_log, neff_cache
+from hf_neuron.simulator.neff_cache import COMPLEX_DECOMPOSE_ENV
 
 DYNAMIC_SHAPES_MESSAGE = "Dynamic shapes detected in the model, but torch-neuronx requires static shapes"
 FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
-COMPLEX_DECOMPOSE_ENV = "TORCH_NEURONX_COMPLEX_DECOMPOSE"
 
 _STATIC_SHAPES_HINT = (
     "Compile with dynamic=False (or leave it unset, never dynamic=True), set "

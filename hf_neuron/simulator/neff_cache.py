@@ -33,6 +33,8 @@ from typing import Any
 CACHE_DIR_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
 DEBUG_DIR_ENV = "TORCH_NEURONX_DEBUG_DIR"
 CC_FLAGS_ENV = "NEURON_CC_FLAGS"
+#: Whether the compiler decomposes complex ops into real ones (TorchNeuron's setting; on by default).
+COMPLEX_DECOMPOSE_ENV = "TORCH_NEURONX_COMPLEX_DECOMPOSE"
 #: TorchNeuron's documented default for its artifacts directory; the simulator keeps its cache inside.
 DEFAULT_DEBUG_DIR = "/tmp/neuron_backend"
 ENTRY_SUFFIX = ".neff"
@@ -62,8 +64,6 @@ def versions() -> dict[str, str]:
 
 
 def compiler_flags(mode: str | None) -> dict[str, str]:
-    from hf_neuron.simulator.compiler import COMPLEX_DECOMPOSE_ENV
-
     return {
         "mode": mode or "default",
         CC_FLAGS_ENV: os.environ.get(CC_FLAGS_ENV, ""),

@@ -33,14 +33,16 @@ class _ShimLoader(importlib.abc.Loader):
         )
 
         def _autoload():
-            from hf_neuron.simulator import install
-
-            install()
+            """The real package's device-autoload hook. The shim is only importable once the simulator is
+            installed (installing it adds the finder), so there is nothing left to do."""
 
         module._autoload = _autoload
 
 
 class ShimFinder(importlib.abc.MetaPathFinder):
+    #: How :func:`hf_neuron.simulator.activation.real_torch_neuronx_installed` tells this finder from a real one.
+    simulates_torch_neuronx = True
+
     def find_spec(self, fullname, path, target=None):
         if fullname != "torch_neuronx":
             return None

@@ -21,7 +21,7 @@ SLIDING_WINDOW = 64
 
 def tiny_workload_model(kind: str, *, seed: int = 0):
     """Tiny random Llama ("dense") or Mistral with a 64-token window ("sliding"), on CPU."""
-    from hf_neuron.testing.tiny_models import build_model
+    from hf_neuron.tiny_models import build_model
 
     if kind == "dense":
         return build_model("llama", seed=seed)
@@ -78,7 +78,7 @@ def generate_batches(
 
 def generate_counting_graphs(model, prompts: list[torch.Tensor], batch_size: int, **generate_kwargs):
     """``(graphs compiled, new tokens)`` of :func:`generate_batches` from a fresh Dynamo state."""
-    from hf_neuron.testing.graphs import count_graphs
+    from hf_neuron.graphs import count_graphs
 
     torch._dynamo.reset()
     with count_graphs() as graphs:

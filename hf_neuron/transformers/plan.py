@@ -30,9 +30,11 @@ from typing import Any
 
 import torch
 
-from hf_neuron.transformers.capture import chunked_prefill_cache, generation_steps, step_inputs
-from hf_neuron.transformers.generation import DEFAULT_MAX_CACHE_LEN, generation_compiles, resolve_prefill_buckets
-from hf_neuron.transformers.prefill_schedule import check_prefill_buckets
+from hf_neuron.transformers.generation.capture import chunked_prefill_cache
+
+from hf_neuron.transformers.generation.defaults import DEFAULT_MAX_CACHE_LEN, generation_compiles, resolve_prefill_buckets
+from hf_neuron.transformers.generation.prefill_schedule import check_prefill_buckets
+from hf_neuron.transformers.generation.steps import generation_steps, step_inputs
 
 #: TRL pads unpacked SFT batches to a multiple of this on Neuron (``pad_to_multiple_of="auto"``).
 TRAINING_PAD_MULTIPLE = 128
@@ -464,7 +466,7 @@ def sft_step_graphs(model_type: str, max_length: int = 32, per_device_batch: int
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
-    from hf_neuron.testing.tiny_models import build_tokenizer, tiny_config
+    from hf_neuron.tiny_models import build_tokenizer, tiny_config
 
     config = tiny_config(model_type)
     torch.manual_seed(0)

@@ -94,10 +94,10 @@ def _compiled_as(filename: str, source: str, name: str):
 
 
 def test_frame_is_named_relative_to_its_package():
-    fail = _compiled_as(installed("hf_neuron", "transformers/generation.py"),
+    fail = _compiled_as(installed("hf_neuron", "transformers/generation/defaults.py"),
                         "def fail(exc):\n    raise exc\n", "fail")
     _, op = describe_exception(_caught(lambda: fail(KeyError("x"))))
-    assert op == "hf_neuron/transformers/generation.py:2 in fail"
+    assert op == "hf_neuron/transformers/generation/defaults.py:2 in fail"
 
 
 def test_harness_frames_are_not_where_it_happened():

@@ -3,7 +3,7 @@ different remainders of the prefill chunk compile a new graph each, and L3 fails
 
 import pytest
 
-from hf_neuron.transformers.generation import PAD_FIX
+from hf_neuron.transformers.generation.chunked_prefill import PAD_FIX
 
 from compat_helpers import cli_main, records
 

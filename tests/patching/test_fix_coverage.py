@@ -18,86 +18,86 @@ TESTS = Path(__file__).resolve().parents[1]
 
 # fix name (or a pattern for the per-class diffusers fixes) -> "path::test" that fails with it switched off
 COVERAGE = {
-    "generate-prefill-chunk-strides": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
-    "generate-compiled-prefill-mask": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
-    "generate-pad-prompt-to-chunk": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
+    "generate-prefill-chunk-strides": "transformers/generation/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
+    "generate-compiled-prefill-mask": "transformers/generation/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
+    "generate-pad-prompt-to-chunk": "transformers/generation/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
     "generate-compiled-prefill-recurrent-mask":
-        "transformers/test_prefill_buckets.py::test_hybrid_prompts_with_and_without_padding_share_the_prefill_graph",
-    "generate-batch-buckets": "transformers/test_batch_buckets.py::test_without_the_fix_each_batch_size_compiles",
-    "static-sliding-window-cache": "transformers/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
+        "transformers/generation/test_prefill_buckets.py::test_hybrid_prompts_with_and_without_padding_share_the_prefill_graph",
+    "generate-batch-buckets": "transformers/generation/test_batch_buckets.py::test_without_the_fix_each_batch_size_compiles",
+    "static-sliding-window-cache": "transformers/generation/test_generation_graphs.py::test_each_fix_is_needed_for_two_graphs",
     "generate-recompile-limit":
-        "transformers/test_generation_graphs.py::test_more_batch_sizes_than_dynamos_default_recompile_limit",
-    "generate-max-cache-len-check": "transformers/test_generation_defaults.py::test_without_the_check_the_cache_grows",
-    "generate-neuron-defaults": "transformers/test_generation_defaults.py::test_without_the_fix_nothing_compiles",
-    "device-map-neuron": "transformers/test_placement.py::test_upstream_leaves_neuron_unindexed",
-    "device-map-auto-neuron-memory": "transformers/test_placement.py::test_upstream_auto_map_is_cpu",
-    "async-load-off-on-neuron": "transformers/test_async_loading.py::test_upstream_uses_threads_on_neuron",
+        "transformers/generation/test_generation_graphs.py::test_more_batch_sizes_than_dynamos_default_recompile_limit",
+    "generate-max-cache-len-check": "transformers/generation/test_generation_defaults.py::test_without_the_check_the_cache_grows",
+    "generate-neuron-defaults": "transformers/generation/test_generation_defaults.py::test_without_the_fix_nothing_compiles",
+    "device-map-neuron": "transformers/loading/test_placement.py::test_upstream_leaves_neuron_unindexed",
+    "device-map-auto-neuron-memory": "transformers/loading/test_placement.py::test_upstream_auto_map_is_cpu",
+    "async-load-off-on-neuron": "transformers/loading/test_synchronous.py::test_upstream_uses_threads_on_neuron",
     "dtensor-embedding-mask-without-index-put":
-        "transformers/test_tensor_parallel.py::test_vocab_parallel_masks_have_no_boolean_index_put",
-    "tp-plan-constraints": "transformers/test_tensor_parallel.py::test_upstream_accepts_heads_that_do_not_split",
-    "checkpointing-saves-random-ops": "transformers/test_checkpointing.py::test_without_the_fix_the_step_does_not_compile",
-    "kernel-routing-outside-checkpointed-layers": "transformers/test_hub_kernels.py::test_checkpointed_layers_compile_whole",
+        "transformers/tensor_parallel/test_tensor_parallel.py::test_vocab_parallel_masks_have_no_boolean_index_put",
+    "tp-plan-constraints": "transformers/tensor_parallel/test_tensor_parallel.py::test_upstream_accepts_heads_that_do_not_split",
+    "checkpointing-saves-random-ops": "transformers/training/test_checkpointing.py::test_without_the_fix_the_step_does_not_compile",
+    "kernel-routing-outside-checkpointed-layers": "transformers/loading/test_hub_kernels.py::test_checkpointed_layers_compile_whole",
     "load-without-hub-kernels":
-        "transformers/test_hub_kernels.py::test_bitnet_tp2_equals_one_device_without_kernelizing_at_load",
-    "input-grad-hooks-not-stacked": "transformers/test_checkpointing.py::test_input_gradient_hooks_do_not_stack_up",
-    "trainer-full-last-batch": "transformers/test_training_batches.py::test_upstream_leaves_the_last_batch_short",
-    "trainer-compiled-evaluation": "transformers/test_evaluation.py::test_evaluations_reuse_one_compiled_graph_set",
+        "transformers/loading/test_hub_kernels.py::test_bitnet_tp2_equals_one_device_without_kernelizing_at_load",
+    "input-grad-hooks-not-stacked": "transformers/training/test_checkpointing.py::test_input_gradient_hooks_do_not_stack_up",
+    "trainer-full-last-batch": "transformers/training/test_batches.py::test_upstream_leaves_the_last_batch_short",
+    "trainer-compiled-evaluation": "transformers/training/test_evaluation.py::test_evaluations_reuse_one_compiled_graph_set",
     "trainer-resume-sharded-models": "trl/test_resume_training.py::test_upstream_cannot_checkpoint_a_sharded_run",
-    "static-cache-mixed-precision": "transformers/test_cache_dtype.py::test_upstream_rejects_them",
-    "static-cache-falcon-kv-heads": "transformers/test_cache_shapes.py::test_falcon_generates_the_cpu_tokens_on_neuron",
+    "static-cache-mixed-precision": "transformers/generation/test_cache_dtype.py::test_upstream_rejects_them",
+    "static-cache-falcon-kv-heads": "transformers/models/test_falcon.py::test_falcon_generates_the_cpu_tokens_on_neuron",
     "generate-compiles-every-model-type":
-        "transformers/test_compiled_call.py::test_llama4_generation_compiles_two_graphs_with_the_cpu_tokens",
+        "transformers/generation/test_compiled_call.py::test_llama4_generation_compiles_two_graphs_with_the_cpu_tokens",
     "static-cache-allocate-every-layer":
-        "transformers/test_cache_allocation.py::test_generate_compiles_two_graphs_with_the_cpu_tokens",
-    "static-cache-early-init-shapes-measured": "transformers/test_cache_allocation.py::"
+        "transformers/generation/test_cache_allocation.py::test_generate_compiles_two_graphs_with_the_cpu_tokens",
+    "static-cache-early-init-shapes-measured": "transformers/generation/test_cache_allocation.py::"
         "test_early_init_with_the_config_shapes_fails_and_measured_shapes_give_the_cpu_tokens",
     "gemma3n-activation-sparsity-over-shards":
-        "transformers/test_tp_statistics.py::test_gemma3n_tp2_equals_one_device_only_with_the_fix",
+        "transformers/models/test_gemma3n.py::test_gemma3n_tp2_equals_one_device_only_with_the_fix",
     "tp-embedding-read-replicated":
-        "transformers/test_tp_embedding_reads.py::test_gemma4_tp2_equals_one_device_only_with_the_fix",
+        "transformers/tensor_parallel/test_embeddings.py::test_gemma4_tp2_equals_one_device_only_with_the_fix",
     "static-cache-recurrent-only":
-        "transformers/test_recurrent_cache.py::test_static_cache_has_no_key_value_shape_to_allocate",
+        "transformers/generation/test_recurrent_cache.py::test_static_cache_has_no_key_value_shape_to_allocate",
     "generate-chunked-prefill-recurrent-cache":
-        "transformers/test_recurrent_cache.py::"
+        "transformers/generation/test_recurrent_cache.py::"
         "test_without_the_prefill_fix_chunked_prefill_refuses_the_cache_or_compiles_per_chunk",
     "*mamba-chunk-scan-initial-state":
-        "transformers/test_recurrent_cache.py::test_without_the_scan_fix_later_prefill_chunks_forget_the_state",
+        "transformers/generation/test_recurrent_cache.py::test_without_the_scan_fix_later_prefill_chunks_forget_the_state",
     "qwen4-exp-indexer-static-shapes":
-        "transformers/test_indexed_attention.py::test_without_the_indexer_fix_the_forward_is_not_one_graph",
+        "transformers/models/test_qwen4_exp.py::test_without_the_indexer_fix_the_forward_is_not_one_graph",
     "indexed-cache-fixed-position-history":
-        "transformers/test_indexed_attention.py::test_without_the_history_fix_each_step_compiles_again",
+        "transformers/models/test_qwen4_exp.py::test_without_the_history_fix_each_step_compiles_again",
     "generate-allocates-module-states":
-        "transformers/test_module_states.py::test_without_the_states_fix_the_first_chunk_is_its_own_graph",
+        "transformers/models/test_recurrent_gemma.py::test_without_the_states_fix_the_first_chunk_is_its_own_graph",
     "recurrent-gemma-prefill-chunk-state":
-        "transformers/test_module_states.py::test_the_chunk_fix_alone_gives_one_pass_logits",
+        "transformers/models/test_recurrent_gemma.py::test_the_chunk_fix_alone_gives_one_pass_logits",
     "recurrent-gemma-output-cache":
-        "transformers/test_module_states.py::test_without_the_output_fix_the_chunked_prefill_fails",
+        "transformers/models/test_recurrent_gemma.py::test_without_the_output_fix_the_chunked_prefill_fails",
     "tp-embedding-postprocessed-replicated":
-        "transformers/test_tp_embedding_reads.py::test_muse_glimmer_tp2_equals_one_device_only_with_the_fix",
+        "transformers/tensor_parallel/test_embeddings.py::test_muse_glimmer_tp2_equals_one_device_only_with_the_fix",
     "tp-all-reduce-local-params":
-        "transformers/test_tp_experts.py::test_shared_experts_all_reduced_equal_one_device_only_with_local_params",
-    "inkling-tp-plan-packed-experts": "transformers/test_tp_experts.py::test_without_the_packed_split_tp2_logits_differ",
+        "transformers/models/test_inkling.py::test_shared_experts_all_reduced_equal_one_device_only_with_local_params",
+    "inkling-tp-plan-packed-experts": "transformers/models/test_inkling.py::test_without_the_packed_split_tp2_logits_differ",
     "tp-shard-on-read-fused-checkpoint-tensors":
-        "transformers/test_tp_loading.py::test_hrm_tp2_equals_one_device_only_with_the_fix",
+        "transformers/tensor_parallel/test_fused_tensors.py::test_hrm_tp2_equals_one_device_only_with_the_fix",
     "deepseek-v4-indexer-without-gradients":
-        "transformers/test_indexed_attention.py::test_deepseek_v4s_indexer_records_nothing_for_autograd",
-    "mpt-alibi-query-length": "transformers/test_traced_cache_length.py::test_mpt_generates_in_two_graphs",
+        "transformers/models/test_deepseek_v4.py::test_deepseek_v4s_indexer_records_nothing_for_autograd",
+    "mpt-alibi-query-length": "transformers/generation/test_cache_length_reads.py::test_mpt_generates_in_two_graphs",
     "generate-cache-despite-config-use-cache-false":
-        "transformers/test_traced_cache_length.py::test_mpt_checkpoint_without_cache_generates_compiled",
-    "hybrid-sliding-generate-mask": "transformers/test_traced_cache_length.py::test_inkling_generates_in_two_graphs",
+        "transformers/generation/test_cache_length_reads.py::test_mpt_checkpoint_without_cache_generates_compiled",
+    "hybrid-sliding-generate-mask": "transformers/generation/test_cache_length_reads.py::test_inkling_generates_in_two_graphs",
     "static-sliding-window-mask-sizes-traced":
-        "transformers/test_traced_cache_length.py::test_inkling_generates_in_two_graphs",
+        "transformers/generation/test_cache_length_reads.py::test_inkling_generates_in_two_graphs",
     "dbrx-experts-static-dispatch":
-        "transformers/test_moe_dispatch.py::test_generation_compiles_two_graphs_with_the_cpu_tokens",
+        "transformers/models/test_static_experts.py::test_generation_compiles_two_graphs_with_the_cpu_tokens",
     "longcat-flash-experts-static-dispatch":
-        "transformers/test_moe_dispatch.py::test_generation_compiles_two_graphs_with_the_cpu_tokens",
+        "transformers/models/test_static_experts.py::test_generation_compiles_two_graphs_with_the_cpu_tokens",
     "*-placeholder-ids-static-shape":
-        "transformers/test_multimodal_merge.py::test_generate_compiles_two_graphs_with_the_cpu_tokens",
+        "transformers/models/test_placeholder_ids.py::test_generate_compiles_two_graphs_with_the_cpu_tokens",
     "video-processor-without-torchvision":
-        "transformers/test_processors.py::test_upstream_cannot_build_the_processor_without_torchvision",
+        "transformers/loading/test_processors.py::test_upstream_cannot_build_the_processor_without_torchvision",
     "transformers.tp_plan.*":
-        "transformers/test_model_tp_plans.py::test_without_the_plan_fix_the_architecture_cannot_be_sharded",
-    "tp-plan-support": "transformers/test_model_tp_plans.py::test_plans_alone_do_not_shard_correctly",
+        "transformers/tensor_parallel/test_model_tp_plans.py::test_without_the_plan_fix_the_architecture_cannot_be_sharded",
+    "tp-plan-support": "transformers/tensor_parallel/test_model_tp_plans.py::test_plans_alone_do_not_shard_correctly",
     "trl.atomic_checkpoints": "trl/test_checkpoints.py::test_upstream_leaves_a_partial_checkpoint",
     "trl.neuron_device_map": "trl/test_model_loading.py::test_upstream_default_rejects_tensor_parallel_loading",
     "trl.pad_to_multiple_of_auto": "trl/test_padding.py",

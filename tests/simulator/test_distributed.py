@@ -56,7 +56,7 @@ def built_extension():
 
 @pytest.fixture(scope="module", params=WORLD_SIZES, ids=lambda n: f"world{n}")
 def launch(request, built_extension, tmp_path_factory):
-    from hf_neuron.testing.tiny_models import save_tiny_model
+    from hf_neuron.tiny_models import save_tiny_model
 
     world = request.param
     tmp = tmp_path_factory.mktemp(f"dist{world}")

@@ -23,7 +23,7 @@ def fresh_dynamo():
 
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
-    from hf_neuron.testing.tiny_models import save_tiny_model
+    from hf_neuron.tiny_models import save_tiny_model
 
     return save_tiny_model("llama", tmp_path_factory.mktemp("tiny-llama"))
 
@@ -38,7 +38,7 @@ def tp2_record(tmp_path):
     import sys
     from pathlib import Path
 
-    worker = Path(__file__).with_name("_tp_plans_worker.py")
+    worker = Path(__file__).parent / "tensor_parallel" / "_tp_plans_worker.py"
 
     def run(name, model_dir, env=None) -> dict:
         out = tmp_path / f"tp-{name}.json"
@@ -59,7 +59,7 @@ def tp2_only_with_the_fix(tmp_path, tp2_record):
     the regular expression ``failure``. Returns the passing record."""
     import re
 
-    from hf_neuron.testing.tiny_models import save_tiny_model
+    from hf_neuron.tiny_models import save_tiny_model
 
     def run(name, fix, failure) -> dict:
         model_dir = save_tiny_model(name, tmp_path / name, seed=0)

@@ -12,7 +12,7 @@ import torch
 from hf_neuron.cli import main
 from hf_neuron.simulator import graph_log
 from hf_neuron.testing.generation_workload import generate_batches, workload_prompts
-from hf_neuron.testing.tiny_models import build_model, save_tiny_model
+from hf_neuron.tiny_models import build_model, save_tiny_model
 from hf_neuron.transformers.plan import PlanError, plan_generation, plan_training, planned_shapes
 
 CACHE_LEN, CHUNK = 256, 32

@@ -14,7 +14,7 @@ from trl_sft_helpers import GLOBAL_BATCH, LAYOUTS, RECIPE, chat_rows, write_json
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from hf_neuron.testing.tiny_models import save_tiny_model
+    from hf_neuron.tiny_models import save_tiny_model
 
     return save_tiny_model("qwen3", tmp_path_factory.mktemp("trl") / "tiny-qwen3")
 

@@ -31,7 +31,7 @@ DEFAULT_CLASSES = (
 
 def _loop(model, spec, device, steps, compile_fn):
     from hf_neuron.compat.diffusers.compile_check import step_inputs
-    from hf_neuron.testing.graphs import count_graphs
+    from hf_neuron.graphs import count_graphs
 
     torch._dynamo.reset()
     model = compile_fn(model)

@@ -18,7 +18,7 @@ import json
 import torch
 
 from hf_neuron.compat.diffusers.records import checking
-from hf_neuron.testing.graphs import count_graphs
+from hf_neuron.graphs import count_graphs
 from hf_neuron.testing.tiny_diffusers import TINY, TinySpec, output_tensors
 
 STEPS = 4

@@ -19,7 +19,7 @@ import json
 import torch
 
 from hf_neuron.compat.diffusers.records import checking
-from hf_neuron.testing.graphs import count_graphs
+from hf_neuron.graphs import count_graphs
 from hf_neuron.testing.tiny_pipelines import FAMILIES
 
 PROMPT = "a small red fox in the snow"

@@ -108,7 +108,7 @@ def check_class(class_name: str, mesh, device, workdir: str, modes: list[str]) -
         record["compiled"] = compiled = {"ok": False}
         with checking(compiled):
             from hf_neuron.compat.diffusers.compile_check import step_inputs
-            from hf_neuron.testing.graphs import count_graphs
+            from hf_neuron.graphs import count_graphs
 
             model = _sharded(spec, mesh, device)
             torch._dynamo.reset()

@@ -15,7 +15,7 @@ def _vision_token_ids(tokenizer) -> dict:
 
 
 def _tokenizer(extra_tokens: list[str] | None = None):
-    from hf_neuron.testing.tiny_models import build_tokenizer
+    from hf_neuron.tiny_models import build_tokenizer
 
     tokenizer = build_tokenizer()
     if extra_tokens:

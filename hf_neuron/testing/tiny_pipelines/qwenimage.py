@@ -73,7 +73,7 @@ def _qwen3vl_video_processor():
 
         return Qwen3VLVideoProcessor(**settings)
     from hf_neuron.patching import get_fix
-    from hf_neuron.transformers.processors import FIX, video_processor_class
+    from hf_neuron.transformers.loading.processors import FIX, video_processor_class
 
     import transformers.processing_utils  # noqa: F401  (the fix is decided when this module is imported)
 

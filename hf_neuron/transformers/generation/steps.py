@@ -1,0 +1,113 @@
+"""What a generation step looks like to the model, as ``generate`` builds it: shared by every fix and tool.
+
+- the keyword ``generate`` keeps the cache under (renamed between Transformers releases) and the cache
+  in its keyword arguments;
+- whether a cache holds recurrent state only (Mamba-like models: no key/value length to resume from);
+- the forward's inputs for a prefill chunk or a decode step, with the attention masks ``generate``
+  builds outside the compiled forward.
+
+This module imports no other part of the adapter: fixes, the forward tracer and ``hf-neuron plan`` all
+build on it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+#: Keywords under which ``generate`` takes the cache from the caller and keeps it in ``model_kwargs``,
+#: newest first (Transformers renamed ``past_key_values`` to ``cache``; the old name is still accepted
+#: by ``generate`` and renamed on entry).
+CACHE_KEYWORDS = ("cache", "past_key_values")
+
+
+def generation_cache(kwargs: dict):
+    """The cache in ``generate``'s keyword arguments or ``model_kwargs``, whatever its keyword, or None."""
+    for key in CACHE_KEYWORDS:
+        value = kwargs.get(key)
+        if value is not None:
+            return value
+    return None
+
+
+def cache_keyword() -> str:
+    """The keyword the installed ``prepare_inputs_for_generation`` takes the cache as."""
+    import inspect
+
+    from transformers.generation.utils import GenerationMixin
+
+    parameters = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
+    for key in CACHE_KEYWORDS:
+        if key in parameters:
+            return key
+    raise RuntimeError(f"prepare_inputs_for_generation takes none of {CACHE_KEYWORDS} (parameters: {list(parameters)})")
+
+
+def recurrent_only(cache) -> bool:
+    """Whether every layer of ``cache`` is recurrent state (no layer with keys and values)."""
+    flags = getattr(cache, "is_linear", None)
+    try:
+        return bool(flags) and all(flags)
+    except TypeError:
+        return False
+
+
+def step_inputs(cache, batch_size: int, start: int, tokens: int, device) -> dict:
+    """The forward's keyword arguments for ``tokens`` new tokens at position ``start`` of a generation."""
+    return {
+        "input_ids": torch.zeros(batch_size, tokens, dtype=torch.long, device=device),
+        "attention_mask": torch.ones(batch_size, start + tokens, dtype=torch.long, device=device),
+        "cache_position": torch.arange(start, start + tokens, device=device),
+        "use_cache": True,
+        "logits_to_keep": 1,
+        cache_keyword(): cache,
+    }
+
+
+def generation_steps(chunk: int) -> tuple[tuple[int, int], ...]:
+    """``(start, tokens)`` of the two step shapes of a chunked-prefill generation: a chunk, a decode."""
+    return (0, chunk), (chunk, 1)
+
+
+def cache_parameter(function) -> str:
+    """The name under which ``function`` takes the cache (it was renamed between releases)."""
+    import inspect
+
+    parameters = inspect.signature(function).parameters
+    for name in CACHE_KEYWORDS:
+        if name in parameters:
+            return name
+    raise RuntimeError(f"{function.__qualname__} takes none of {CACHE_KEYWORDS} (parameters: {list(parameters)})")
+
+
+def generation_step_inputs(model, inputs: dict, *, first: bool) -> dict:
+    """``inputs`` (2D ``attention_mask``, a cache) with the attention masks ``generate`` would pass.
+
+    ``generate`` builds the masks of a compileable cache in ``prepare_inputs_for_generation``, outside
+    the compiled forward, from the cache's current sizes; a forward given a 2D mask builds them inside
+    instead, where a cache length read as an int is data dependent. A cache of recurrent layers only
+    keeps the 2D mask, of the step's own tokens, or none after the prefill (as state-space models'
+    input preparation drops it). Returns ``inputs`` unchanged when ``generate`` would pass the 2D mask
+    too (no compileable cache)."""
+    cache = generation_cache(inputs)
+    mask = inputs.get("attention_mask")
+    if cache is None or not getattr(cache, "is_compileable", False) or mask is None or mask.dim() != 2:
+        return inputs
+    if recurrent_only(cache):
+        tokens = inputs["input_ids"].shape[-1]
+        prepared = model.prepare_inputs_for_generation(
+            inputs["input_ids"], attention_mask=mask[:, -tokens:].clone(), is_first_iteration=first, use_cache=True,
+            **{cache_keyword(): cache},
+        )
+        return {**inputs, "attention_mask": prepared.get("attention_mask")}
+    prepared = model.prepare_inputs_for_generation(
+        inputs["input_ids"], attention_mask=mask, is_first_iteration=first, use_cache=True,
+        **{cache_keyword(): cache},
+    )
+    return {**inputs, "attention_mask": prepared.get("attention_mask", mask)}
+
+
+__all__ = [
+    "CACHE_KEYWORDS", "cache_keyword", "cache_parameter", "generation_cache", "generation_step_inputs", "generation_steps",
+    "recurrent_only", "step_inputs",
+]
