@@ -22,7 +22,7 @@ eagerly. On the simulator a graph compiles in seconds; the ratio of graphs is wh
 
     HF_NEURON_SIMULATOR=1 python benchmarks/generation_graphs.py [--kinds dense sliding] [--batch-sizes 1 4]
 
-It ends with the rows of the README's table (``tests/benchmarks`` checks the committed rows against a
+It ends with the rows of the table in ``docs/transformers.md`` (``tests/benchmarks`` checks the committed rows against a
 fresh run of the dense model).
 """
 
@@ -38,8 +38,9 @@ os.environ.setdefault("HF_NEURON_SIMULATOR", "1")
 import torch  # noqa: E402
 from transformers import CompileConfig  # noqa: E402
 
-from hf_neuron.testing import generation_workload as w  # noqa: E402
 from hf_neuron.graphs import count_graphs  # noqa: E402
+from hf_neuron.testing import generation_workload as w  # noqa: E402
+from hf_neuron.testing.benchmark_tables import print_table_rows  # noqa: E402
 from hf_neuron.transformers import upstream_behaviour  # noqa: E402
 
 
@@ -58,7 +59,7 @@ RUNS = ("upstream", "upstream-unpadded", "hf_neuron")
 
 
 def readme_row(kind: str, batch_size: int, graphs: dict[str, int], recompile_limit: int) -> str:
-    """One row of the README's table: graphs per run, ``≥ limit`` where Dynamo stopped compiling."""
+    """One row of the table in ``docs/transformers.md``: graphs per run, ``≥ limit`` where Dynamo stopped compiling."""
 
     def cell(run: str) -> str:
         count = graphs[run]
@@ -114,9 +115,7 @@ def main(argv=None) -> int:
     print("upstream (the recipe as announced) / hf_neuron:")
     for kind, batch_size, graph_ratio, time_ratio in summary:
         print(f"  {kind:8} batch {batch_size}: {graph_ratio:.1f}x graphs, {time_ratio:.2f}x wall time")
-    print()
-    print("README rows:")
-    print("\n".join(rows))
+    print_table_rows(rows)
     return 0
 
 

@@ -19,7 +19,7 @@ prefill, padding and re-run positions included) divided by the prompt tokens as 
 
     HF_NEURON_SIMULATOR=1 python benchmarks/prefill_buckets.py [--prompts 24] [--batch-sizes 1 4] [--only NAME ...]
 
-It ends with the rows of the README's table (``tests/benchmarks`` checks them against a fresh run).
+It ends with the rows of the table in ``docs/transformers.md`` (``tests/benchmarks`` checks them against a fresh run).
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ import torch  # noqa: E402
 from transformers import CompileConfig  # noqa: E402
 from transformers.generation.utils import GenerationMixin  # noqa: E402
 
-from hf_neuron.testing import generation_workload as w  # noqa: E402
 from hf_neuron.graphs import count_graphs  # noqa: E402
+from hf_neuron.testing import generation_workload as w  # noqa: E402
+from hf_neuron.testing.benchmark_tables import print_table_rows  # noqa: E402
 from hf_neuron.transformers import upstream_behaviour  # noqa: E402
 
 MAX_CACHE_LEN = 1024
@@ -140,9 +141,7 @@ def main(argv=None) -> int:
             limit = f"≥ {args.recompile_limit}" if graphs >= args.recompile_limit else str(graphs)
             cells.append(f"{limit} | {ratio:.2f}x")
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
-    print()
-    print("README rows:")
-    print("\n".join(rows))
+    print_table_rows(rows)
     return 0
 
 

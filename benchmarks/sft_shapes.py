@@ -17,8 +17,8 @@ compiled during the second epoch, and the padding overhead (pad tokens / all tok
   compile on Neuron), ``upstream, TRL<1.16 padding`` (``--pad_to_multiple_of none``), ``with hf_neuron``.
 
 A variant that fails is printed with its error. Counts carry over to Trainium; the simulator's times do
-not, so none are printed. The run ends with the rows of the README's table (``--only "packed/with hf_neuron"``
-runs just the named rows; ``tests/benchmarks`` checks that row against the README).
+not, so none are printed. The run ends with the rows of the table in ``docs/benchmarks.md`` (``--only "packed/with hf_neuron"``
+runs just the named rows; ``tests/benchmarks`` checks that row against ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from hf_neuron.testing.benchmark_tables import print_table_rows
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "scripts" / "recipes" / "sft_neuron_example.py"
@@ -134,7 +136,7 @@ def _evaluation_cells(r: dict) -> tuple[str, str]:
 
 
 def readme_row(kind: str, label: str, r: dict) -> str:
-    """One row of the README's table."""
+    """One row of the table in ``docs/benchmarks.md``."""
     if "error" in r:
         error = r["error"].split(":")[0]  # the exception's name; the full text is in the table above
         return f"| {kind} | {label} | fails: `{error}` |  |  |  |  |  |  |"
@@ -225,8 +227,7 @@ def main() -> None:
     if ours is not None and "error" not in ours:
         print(f"unpacked bound: ceil(max_length / 128) = {math.ceil(args.max_length / 128)} shapes; "
               f"with hf_neuron: {len(ours['shapes'])}")
-    print("\nREADME rows:")
-    print("\n".join(readme_row(kind, label, r) for kind, label, r in rows))
+    print_table_rows(readme_row(kind, label, r) for kind, label, r in rows)
 
 
 if __name__ == "__main__":

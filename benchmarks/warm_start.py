@@ -9,7 +9,7 @@ the compiled-graph cache did not have (misses: on Trainium each one is a neuronx
 minutes), and the time to the first token of its first request:
 
 - ``cold``: an empty compiled-graph cache;
-- ``warmed in process``: ``hf_neuron.transformers.warmup`` first, then the traffic in the same process;
+- ``warmed in process``: ``hf_neuron.transformers.generation.warmup`` first, then the traffic in the same process;
 - ``new process, warmed cache``: a new process on the cache the warm-up filled;
 - ``new process, imported cache``: the warmed cache exported (``hf-neuron cache export``) and imported
   into an empty cache directory (``hf-neuron cache import``), as on a new instance of a fleet.
@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from hf_neuron.testing.benchmark_tables import print_table_rows
 
 PROMPT_LENGTHS = (5, 90, 240, 500)
 NEW_TOKENS = 4
@@ -121,9 +123,8 @@ def main() -> int:
     print("\n(graphs: handed to the compiler by the traffic; misses: not in the compiled-graph cache, i.e. compiled."
           " The simulator's compile is tracing only, so a hit saves no time here; on Trainium each miss adds a"
           " neuronx-cc compile of minutes to the first request)")
-    print("\nREADME rows:")
-    for name, r in rows.items():
-        print(f"| {name} | {r['graphs']} | {r['misses']} | {r['first_token_s'] / cold['first_token_s']:.2f} |")
+    print_table_rows(f"| {name} | {r['graphs']} | {r['misses']} | {r['first_token_s'] / cold['first_token_s']:.2f} |"
+                     for name, r in rows.items())
     return 0
 
 

@@ -40,7 +40,9 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
+# Loaded by the tests from its path as well as run as a script: it imports none of the other scripts.
 ROOT = Path(__file__).resolve().parent.parent
+
 TORCH = "torch==2.13.0"  # the CPU build on this machine's disk; any other spec downloads a CUDA build
 TAIL_LINES = 40
 
@@ -63,7 +65,7 @@ dist.destroy_process_group()
 '''
 
 GENERATE_TP = '''\
-"""User code: a model sharded over every process (the README's tensor parallelism), greedy tokens equal to CPU."""
+"""User code: a model sharded over every process (the documented tensor parallelism), greedy tokens equal to CPU."""
 import sys
 
 import torch
@@ -131,11 +133,12 @@ def wheel_requirements(wheel: Path) -> list[str]:
     return [line for line in lines if line.startswith("Requires-Dist:")]
 
 
-def ensure_venv(path: Path, wheel: Path, fresh: bool, log) -> Path:
-    """An environment with ``TORCH`` and the wheel. Reused while the wheel's requirements are the same:
-    then hf_neuron is reinstalled only when the wheel changed (a reinstall gives its C++ sources new
-    dates, so the simulator recompiles them on first use, as after a user's upgrade); else the
-    environment is created anew and pip resolves the requirements."""
+def ensure_wheel_venv(path: Path, wheel: Path, fresh: bool, log) -> Path:
+    """An environment with ``TORCH`` and the wheel (stamped by the wheel's hash, unlike
+    ``_environments.ensure_venv``, which pins releases from ``pyproject.toml``). Reused while the
+    wheel's requirements are the same: then hf_neuron is reinstalled only when the wheel changed (a
+    reinstall gives its C++ sources new dates, so the simulator recompiles them on first use, as
+    after a user's upgrade); else the environment is created anew and pip resolves the requirements."""
     python = path / "bin" / "python"
     requirements = "\n".join([sys.version.split()[0], TORCH, *wheel_requirements(wheel)]) + "\n"
     installed = f"{hashlib.sha256(wheel.read_bytes()).hexdigest()}\n{requirements}"
@@ -233,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         log.write(f"{state['wheel']}\n")
 
     def install(log, env, timeout):
-        ensure_venv(args.venv, state["wheel"], args.fresh, log)
+        ensure_wheel_venv(args.venv, state["wheel"], args.fresh, log)
 
     steps = [("build the wheel", build), ("install it with " + TORCH, install), *user_steps(folder, args.venv)]
     env = user_env(args.venv)

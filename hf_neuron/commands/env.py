@@ -61,10 +61,19 @@ def collect() -> dict:
             if not f.decided:
                 patching.set_status(f.name, patching.WAITING, "no neuron device in this process: nothing is patched")
     info["fixes"] = [
-        {"name": f.name, "library": f.library, "active": f.active, "status": f.status, "reason": f.reason, "gap": f.gap}
+        {"name": f.name, "library": f.library, "active": f.active, "status": f.status, "reason": f.reason, "gap": f.gap,
+         "module": f.apply.__module__, "details": _details(f.apply)}
         for f in patching.all_fixes()
     ]
     return info
+
+
+def _details(apply) -> str:
+    """The fix's docstring after its first paragraph (how the gap is detected, what the patch does)."""
+    import inspect
+
+    paragraphs = (inspect.getdoc(apply) or "").split("\n\n")[1:]
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
 def render(info: dict) -> str:
@@ -89,6 +98,42 @@ def render(info: dict) -> str:
     return "\n".join(lines)
 
 
+#: How each adapter's section of the fix reference is titled.
+LIBRARY_TITLES = {"transformers": "Transformers", "trl": "TRL", "diffusers": "Diffusers"}
+STATUS_WORDS = {patching.APPLIED: "active", patching.CLOSED: "closed upstream", patching.UNKNOWN: "UNKNOWN"}
+
+
+def render_markdown(info: dict) -> str:
+    """The fix reference (a Markdown page): every fix by library, with its gap, detection, patch and status,
+    read from the fixes themselves."""
+    releases = ", ".join(f"{name} {info['versions'][name]}" for name in ("torch", "transformers", "trl", "diffusers"))
+    lines = [
+        "# Fix reference",
+        "",
+        "Every adaptation hf_neuron makes to an upstream library is a named *fix*: the gap it fills (the first",
+        "paragraph), how it detects that the gap exists and what the patch does, and its status. This page is",
+        "generated from the fixes' own docstrings and detectors (`hf-neuron env --markdown`); `hf-neuron env`",
+        "prints the same for your installation.",
+        "",
+        f"Status as decided on: {releases}, torch-neuronx {info['torch_neuronx']}.",
+        "",
+        "- **active**: the gap exists on the installed release and the fix is applied;",
+        "- **closed upstream**: the installed release no longer has the gap, nothing is patched;",
+        "- **UNKNOWN**: the detector could not decide (a warning, and `hf-neuron env --check` fails).",
+    ]
+    libraries = [library for library in LIBRARY_TITLES if any(f["library"] == library for f in info["fixes"])]
+    for library in libraries:
+        fixes = sorted((f for f in info["fixes"] if f["library"] == library), key=lambda f: f["name"])
+        lines += ["", f"## {LIBRARY_TITLES[library]}", "", f"{len(fixes)} fixes.", ""]
+        for f in fixes:
+            status = STATUS_WORDS.get(f["status"], f["status"])
+            lines += [f"### `{f['name']}`", "", f"*{status}* ({f['reason']}); in `{f['module']}`.", "", f["gap"] or "-"]
+            if f.get("details"):
+                lines += ["", f["details"]]
+            lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 def problems(info: dict) -> list[str]:
     """What makes ``--check`` fail: undecidable fixes, unverified releases, libraries that fail to import."""
     found = [f"fix {f['library']}:{f['name']} could not be detected: {f['reason']}" for f in info["fixes"]
@@ -105,6 +150,8 @@ def run(args) -> int:
         import json
 
         print(json.dumps(info, indent=2))
+    elif args.markdown:
+        print(render_markdown(info), end="")
     else:
         print(render(info))
     if not args.check:
@@ -119,7 +166,10 @@ def run(args) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("env", help="versions, neuron devices and hf_neuron's fixes (active or not)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    output = p.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="machine-readable output")
+    output.add_argument("--markdown", action="store_true",
+                        help="the fix reference page: every fix's gap, detection, patch and status, in Markdown")
     p.add_argument(
         "--check",
         action="store_true",

@@ -116,12 +116,12 @@ def test_env_check_fails_on_an_undecidable_fix(monkeypatch, capsys):
 
     fixes.apply_fixes("transformers")
     monkeypatch.setattr(env, "collect", lambda: _collected(env))
-    assert env.run(type("Args", (), {"json": False, "check": True})()) == 1
+    assert env.run(type("Args", (), {"json": False, "markdown": False, "check": True})()) == 1
     captured = capsys.readouterr()
     assert "UNKNOWN" in captured.out and "test_broken_detector" in captured.err
 
     fixes.get_fix("test_broken_detector").status = fixes.CLOSED
-    assert env.run(type("Args", (), {"json": False, "check": True})()) == 0
+    assert env.run(type("Args", (), {"json": False, "markdown": False, "check": True})()) == 0
 
 
 def _collected(env):

@@ -1,6 +1,6 @@
-"""The README's benchmark figures are what the benchmark scripts print today.
+"""The documented benchmark figures (the pages under ``docs/``) are what the benchmark scripts print today.
 
-Both tables are printed by their scripts (the last lines of a run are the README rows). Here a fresh
+The tables are printed by their scripts (the last lines of a run are the table's rows). Here a fresh
 run of the cheap rows must print the committed rows exactly: the dense model of
 ``benchmarks/generation_graphs.py`` (both batch sizes) and the packed recipe with hf_neuron of
 ``benchmarks/sft_shapes.py``, and hf_neuron's rows of ``benchmarks/prefill_buckets.py``. The other rows take minutes each (upstream at the recompile limit,
@@ -16,28 +16,33 @@ from pathlib import Path
 
 import pytest
 
+from hf_neuron.testing.benchmark_tables import split_table_rows
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _readme_rows(first_cells: str) -> list[str]:
-    lines = (ROOT / "README.md").read_text().splitlines()
+def _documented_rows(first_cells: str) -> list[str]:
+    """The rows of the documentation's tables whose first cells are ``first_cells``."""
+    lines = [line for page in sorted((ROOT / "docs").rglob("*.md")) for line in page.read_text().splitlines()]
     return [line.strip() for line in lines if line.strip().startswith(f"| {first_cells} |")]
 
 
 def _printed_rows(script: str, *args: str) -> tuple[list[str], str]:
+    """The table rows a fresh run prints, and what it printed before them."""
     env = {**os.environ, "HF_NEURON_SIMULATOR": "1"}
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
                             env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return result.stdout.split("README rows:\n", 1)[1].strip().splitlines(), result.stdout
+    before, rows = split_table_rows(result.stdout)
+    return rows, before
 
 
 @pytest.mark.slow
 def test_generation_graph_table_matches_a_fresh_run():
     printed, output = _printed_rows("generation_graphs.py", "--kinds", "dense")
-    assert "False" not in output.split("README rows:")[0], "tokens differ from CPU:\n" + output
-    committed = _readme_rows("tiny Llama")
-    assert len(committed) == 2, "the README's generation table lost its tiny Llama rows"
+    assert "False" not in output, "tokens differ from CPU:\n" + output
+    committed = _documented_rows("tiny Llama")
+    assert len(committed) == 2, "the documented generation table lost its tiny Llama rows"
     assert printed == committed
 
 
@@ -46,13 +51,13 @@ def test_prefill_bucket_table_matches_a_fresh_run():
     """hf_neuron's rows (the upstream recipe's 25 compiles are left to the script)."""
     ours = ["one chunk 512", "buckets 64,512 (default)", "buckets 128,512", "buckets 32,128,512"]
     printed, output = _printed_rows("prefill_buckets.py", "--only", *ours)
-    assert "False" not in output.split("README rows:")[0], "tokens differ from CPU:\n" + output
-    committed = [row for name in ours for row in _readme_rows(name)]
-    assert len(committed) == len(ours), "the README's prefill bucket table lost rows"
+    assert "False" not in output, "tokens differ from CPU:\n" + output
+    committed = [row for name in ours for row in _documented_rows(name)]
+    assert len(committed) == len(ours), "the documented prefill bucket table lost rows"
     assert printed == committed
 
 
 @pytest.mark.slow
 def test_sft_shapes_table_matches_a_fresh_run():
     printed, _ = _printed_rows("sft_shapes.py", "--only", "packed/with hf_neuron")
-    assert printed == _readme_rows("packed | with hf_neuron")
+    assert printed == _documented_rows("packed | with hf_neuron")
