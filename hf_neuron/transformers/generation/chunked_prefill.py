@@ -25,7 +25,7 @@ import torch
 
 from hf_neuron.patching import fix, wrap
 from hf_neuron.transformers.generation.prefill_schedule import prefill_buckets, schedule_prefill
-from hf_neuron.transformers.generation.steps import cache_keyword, generation_cache, recurrent_only
+from hf_neuron.transformers.generation.steps import cache_keyword, generation_cache, generation_probe, recurrent_only
 
 GENERATION_MODULE = "transformers.generation.utils"
 
@@ -359,37 +359,21 @@ def _prefill_on_schedule(original, self, input_ids, generation_config, model_kwa
 
 
 def _generate_leaves_last_chunk_short() -> bool:
-    import types
-
     from transformers import GenerationConfig, StaticCache
     from transformers.generation.utils import GenerationMixin
 
     chunk_lengths = []
-
-    class _Probe(GenerationMixin):
-        config = probe_config()
-        device = torch.device("cpu")
-        dtype = torch.float32
-
-        def is_remote_code(self):
-            return False
-
-        def _valid_auto_compile_criteria(self, model_kwargs, generation_config):
-            return True
-
-        def get_compiled_call(self, compile_config):
-            return self.__call__
-
-        def __call__(self, input_ids=None, **kwargs):
-            chunk_lengths.append(input_ids.shape[-1])
-            cache = generation_cache(kwargs)
-            return types.SimpleNamespace(cache=cache, past_key_values=cache)
-
+    probe = generation_probe(
+        probe_config(),
+        forward=lambda input_ids, kwargs: chunk_lengths.append(input_ids.shape[-1]),
+        _valid_auto_compile_criteria=lambda self, model_kwargs, generation_config: True,
+        get_compiled_call=lambda self, compile_config: self.__call__,
+    )
     cache = StaticCache(config=probe_config(), max_cache_len=16)
     generation_config = GenerationConfig(prefill_chunk_size=4, pad_token_id=0, max_length=8)
     generation_config._pad_token_tensor = torch.tensor(0)
     model_kwargs = {cache_keyword(): cache, "attention_mask": torch.ones(1, 6, dtype=torch.long)}
-    GenerationMixin._prefill(_Probe(), torch.ones(1, 6, dtype=torch.long), generation_config, model_kwargs)
+    GenerationMixin._prefill(probe, torch.ones(1, 6, dtype=torch.long), generation_config, model_kwargs)
     return chunk_lengths[-1] != chunk_lengths[0]
 
 

@@ -26,7 +26,7 @@ from hf_neuron.devices import model_on_neuron
 from hf_neuron.patching import fix, wrap
 from hf_neuron.transformers.generation.chunked_prefill import GENERATION_MODULE, probe_config
 from hf_neuron.transformers.generation.prefill_schedule import check_prefill_buckets, prefill_buckets
-from hf_neuron.transformers.generation.steps import generation_cache
+from hf_neuron.transformers.generation.steps import generation_cache, generation_probe
 
 logger = logging.getLogger("hf_neuron")
 
@@ -100,20 +100,15 @@ def _check_prompt_fits(original, self, generation_config, model_kwargs, generati
 
 def _cache_grows_past_max_cache_len() -> bool:
     from transformers import GenerationConfig
-    from transformers.generation.utils import GenerationMixin
 
-    class _Probe(GenerationMixin):
-        config = probe_config()
-        device = torch.device("cpu")
-        dtype = torch.float32
-
+    probe = generation_probe(probe_config())
     generation_config = GenerationConfig(
         cache_implementation="static", max_cache_len=4, num_beams=1, num_return_sequences=1, use_cache=True
     )
     generation_config.compile_config = None
     model_kwargs: dict = {}
     try:
-        _Probe()._prepare_cache_for_generation(generation_config, model_kwargs, None, 1, 16)
+        probe._prepare_cache_for_generation(generation_config, model_kwargs, None, 1, 16)
     except ValueError:
         return False
     return generation_cache(model_kwargs).get_max_length() > 4

@@ -29,7 +29,7 @@ import types
 import torch
 
 from hf_neuron.patching import fix, original, wrap
-from hf_neuron.transformers.generation.steps import cache_keyword, generation_cache, recurrent_only
+from hf_neuron.transformers.generation.steps import cache_keyword, generation_cache, generation_probe, recurrent_only
 
 INIT_SHAPE_FIX = "static-cache-recurrent-only"
 PREFILL_FIX = "generate-chunked-prefill-recurrent-cache"
@@ -154,34 +154,24 @@ def _chunked_prefill_refuses_recurrent_cache() -> bool:
     from transformers.generation.utils import GenerationMixin
 
     seen = []
-    prepare = original(GenerationMixin, "prepare_inputs_for_generation")
 
-    class _Probe(GenerationMixin):
-        config = _tiny_mamba_config()
-        device = torch.device("cpu")
-        dtype = torch.float32
+    def forward(input_ids, kwargs):
+        mask = kwargs.get("attention_mask")
+        seen.append((input_ids.shape[-1], None if mask is None else mask.shape[-1]))
 
-        def is_remote_code(self):
-            return False
-
-        def prepare_inputs_for_generation(self, *args, **kwargs):
-            return prepare(self, *args, **kwargs)
-
-        def _valid_auto_compile_criteria(self, model_kwargs, generation_config):
-            return False
-
-        def __call__(self, input_ids=None, attention_mask=None, **kwargs):
-            seen.append((input_ids.shape[-1], None if attention_mask is None else attention_mask.shape[-1]))
-            cache = generation_cache(kwargs)
-            return types.SimpleNamespace(cache=cache, past_key_values=cache)
-
+    probe = generation_probe(
+        _tiny_mamba_config(),
+        forward=forward,
+        prepare_inputs_for_generation=original(GenerationMixin, "prepare_inputs_for_generation"),
+        _valid_auto_compile_criteria=lambda self, model_kwargs, generation_config: False,
+    )
     cache = StaticCache(config=_tiny_mamba_config(), max_cache_len=16)
     if not recurrent_only(cache):
         raise RuntimeError("a static cache for a Mamba config has key/value layers: the probe no longer applies")
     generation_config = GenerationConfig(prefill_chunk_size=4, max_length=12)
     model_kwargs = {cache_keyword(): cache, "attention_mask": torch.ones(1, 8, dtype=torch.long)}
     try:
-        original(GenerationMixin, "_prefill")(_Probe(), torch.ones(1, 8, dtype=torch.long), generation_config,
+        original(GenerationMixin, "_prefill")(probe, torch.ones(1, 8, dtype=torch.long), generation_config,
                                               model_kwargs)
     except ValueError:
         return True

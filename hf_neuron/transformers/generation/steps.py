@@ -107,7 +107,28 @@ def generation_step_inputs(model, inputs: dict, *, first: bool) -> dict:
     return {**inputs, "attention_mask": prepared.get("attention_mask", mask)}
 
 
+def generation_probe(config, forward=None, **methods):
+    """A stand-in model on CPU that upstream's generation steps run on like on a real model.
+
+    Detectors call upstream's own steps (``_prefill``, ``_prepare_cache_for_generation``) on it to see
+    what they do, without building a model. ``forward(input_ids, kwargs)``, when given, sees the inputs
+    of every forward call, which returns the cache under both names releases read it by; ``methods``
+    add or replace methods of the probe (e.g. ``_valid_auto_compile_criteria``)."""
+    import types
+
+    from transformers.generation.utils import GenerationMixin
+
+    def call(self, input_ids=None, **kwargs):
+        forward(input_ids, kwargs)
+        cache = generation_cache(kwargs)
+        return types.SimpleNamespace(cache=cache, past_key_values=cache)
+
+    namespace = {"config": config, "device": torch.device("cpu"), "dtype": torch.float32,
+                 "is_remote_code": lambda self: False, **({"__call__": call} if forward else {}), **methods}
+    return type("GenerationProbe", (GenerationMixin,), namespace)()
+
+
 __all__ = [
-    "CACHE_KEYWORDS", "cache_keyword", "cache_parameter", "generation_cache", "generation_step_inputs", "generation_steps",
-    "recurrent_only", "step_inputs",
+    "CACHE_KEYWORDS", "cache_keyword", "cache_parameter", "generation_cache", "generation_probe", "generation_step_inputs",
+    "generation_steps", "recurrent_only", "step_inputs",
 ]
