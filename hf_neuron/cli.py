@@ -9,6 +9,7 @@ import sys
 
 # (module in hf_neuron.commands) - one line per subcommand module.
 COMMAND_MODULES = [
+    "check",
     "env",
     "tiny_model",
     "demo",

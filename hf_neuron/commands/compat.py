@@ -8,7 +8,8 @@ the current folder (or --output) and no README is touched.
 
 `hf-neuron compat diffusers` runs the diffusers checks instead (tensor parallelism, regional
 compilation, tiny pipelines) and writes their table (compatibility/diffusers.md in a checkout):
-see `hf-neuron compat diffusers --help`.
+see `hf-neuron compat diffusers --help`. `hf-neuron compat report --html DIR` writes the recorded
+results as one searchable web page (see `hf-neuron compat report --help`).
 """
 
 from __future__ import annotations
@@ -80,7 +81,20 @@ def register(subparsers) -> None:
                    help="exit with status 1 when any recorded class or pipeline check fails")
     d.add_argument("--keep-logs", dest="diffusers_keep_logs", action="store_true",
                    help="keep each step's log (kept anyway when a step fails)")
-    d.set_defaults(func=_diffusers_handler(p))
+    d.set_defaults(func=_suite_handler(p, "diffusers", diffusers_handler))
+
+    r = suites.add_parser(
+        "report",
+        help="the recorded results as one static web page (search, filters), no server needed",
+        description=REPORT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    r.add_argument("--html", dest="report_html", type=Path, metavar="DIR",
+                   help="folder to write index.html into (created when missing)")
+    r.add_argument("--results", dest="report_results", type=Path, action="append", metavar="FILE",
+                   help="a results file to show instead of the committed ones, e.g. the one of a --all sweep "
+                        "(repeatable: one release each)")
+    r.set_defaults(func=_suite_handler(p, "report", report_handler))
 
 
 DIFFUSERS_DESCRIPTION = """\
@@ -104,23 +118,71 @@ examples:
   hf-neuron compat diffusers --report-only
 """
 
-# Options of the text-generation sweep, which mean nothing to the diffusers suite.
+REPORT_DESCRIPTION = """\
+hf-neuron compat report --html DIR: the recorded results as one web page, DIR/index.html.
+
+One self-contained file (its style, script and data inline, nothing fetched): open it from disk or
+publish it as is. It has the headline per Transformers release, a release selector, one row per
+architecture (levels L1-L5 with their reasons on hover, graphs, the generation path, the first
+failure, hf_neuron's fixes for it), a search box and filters (passed, runs uncompiled, failed,
+tensor parallel), and the diffusers classes and pipelines. By default it shows the committed results
+(one file per Transformers release); --results shows other results files instead, e.g. the one a
+`hf-neuron compat --all --output sweep.json` run wrote.
+
+examples:
+  hf-neuron compat report --html site
+  hf-neuron compat report --html /tmp/sweep --results sweep.json
+"""
+
+# Options of the text-generation sweep, which mean nothing to the other suites.
 _TEXT_GENERATION_OPTIONS = ("all", "arch", "quick", "output", "jobs", "resume", "rerun_failed", "timeout", "levels",
                             "device", "readme", "no_readme", "report_only", "check", "no_progress", "keep_workdir")
 
 
-def _diffusers_handler(compat_parser):
+def _suite_handler(compat_parser, suite: str, run):
+    """The handler of ``hf-neuron compat <suite>``: argparse accepts the sweep's options before the
+    suite name (``hf-neuron compat --quick diffusers``) and the suite would silently ignore them, so
+    they are refused with the place they belong, then ``run(args)``."""
     def handler(args) -> int:
         given = [name for name in _TEXT_GENERATION_OPTIONS if getattr(args, name) != compat_parser.get_default(name)]
         if given:
             options = ", ".join("--" + name.replace("_", "-") for name in given)
-            print(f"hf-neuron compat diffusers: error: {options} given before 'diffusers' belong(s) to the "
-                  "text-generation sweep; put the diffusers options after 'diffusers' "
-                  "(see hf-neuron compat diffusers --help)", file=sys.stderr)
+            print(f"hf-neuron compat {suite}: error: {options} given before '{suite}' belong(s) to the "
+                  f"text-generation sweep; put the {suite} options after '{suite}' "
+                  f"(see hf-neuron compat {suite} --help)", file=sys.stderr)
             return 2
-        return diffusers_handler(args)
+        return run(args)
 
     return handler
+
+
+def report_handler(args) -> int:
+    """Validate what was given (one line on stderr and status 2 for each way it can be wrong, with
+    what to pass instead), then write the page."""
+    from hf_neuron.compat import html_report
+
+    def error(message: str) -> int:
+        print(f"hf-neuron compat report: error: {message}", file=sys.stderr)
+        return 2
+
+    directory = args.report_html
+    if directory is None:
+        return error("give --html DIR, the folder to write index.html into")
+    if directory.exists() and not directory.is_dir():
+        return error(f"--html {directory} is a file; give a folder (it gets index.html), new or existing")
+    for path in args.report_results or []:
+        if not path.is_file():
+            problem = "a folder, not a file" if path.is_dir() else "no such file"
+            return error(f"--results {path}: {problem}; give a results file a `hf-neuron compat` run wrote "
+                         "(<transformers>-<device kind>.json), or leave --results out for the committed ones")
+    try:
+        index = html_report.write_site(directory, files=args.report_results)
+    except (OSError, ValueError) as exc:
+        hint = (" (give --results a results file a `hf-neuron compat` run wrote, or leave it out for the committed "
+                "ones)" if args.report_results and not isinstance(exc, OSError) else "")
+        return error(f"{exc}{hint}")
+    print(index)
+    return 0
 
 
 def diffusers_handler(args) -> int:

@@ -45,13 +45,15 @@ def collect() -> dict:
         except Exception as exc:  # a broken library must not hide the rest of the report
             info.setdefault("errors", []).append(f"import {library}: {exc!r}")
     from hf_neuron.adapters import ADAPTERS, neuron_device_available
+    from hf_neuron.commands.output import upstream_warnings_silenced
 
     if neuron_device_available():
         for library, adapter in ADAPTERS.items():
             # Fixes wait for their module's import; the report wants them all decided.
             try:
                 importlib.import_module(adapter).register()
-                patching.import_targets(library)
+                with upstream_warnings_silenced():  # detectors run upstream code that logs for its users
+                    patching.import_targets(library)
             except Exception as exc:
                 info.setdefault("errors", []).append(f"{library} fixes: {exc!r}")
     else:  # list what would be applied; nothing is patched in a process without a neuron device

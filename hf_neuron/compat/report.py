@@ -34,19 +34,25 @@ _MARK = {"pass": "✓", "fail": "✗", "skip": "–", None: " "}
 DEVICE_TITLES = {"simulated": "simulated Neuron device", "trainium": "Trainium", "cpu": "CPU (harness self-test)"}
 
 
+def release_order(transformers_version: str, device_kind: str, name: str = "") -> tuple:
+    """Sort key of a results file: real Trainium first, then the simulator, then CPU; within one
+    device the newest Transformers release first (the one a reader most likely runs)."""
+    from packaging.version import InvalidVersion, Version
+
+    order = {"trainium": 0, "simulated": 1, "cpu": 2}
+    try:
+        newest_first = tuple(-part for part in Version(transformers_version).release)
+    except InvalidVersion:
+        newest_first = ()
+    return (order.get(device_kind, 3), newest_first, name)
+
+
 def results_files(directory: Path | None = None) -> list[Path]:
     directory = Path(directory) if directory else COMMITTED_RESULTS_DIR
-    order = {"trainium": 0, "simulated": 1, "cpu": 2}
 
     def key(path: Path):
-        from packaging.version import InvalidVersion, Version
-
         release, _, kind = path.stem.rpartition("-")
-        try:
-            newest_first = tuple(-part for part in Version(release).release)
-        except InvalidVersion:
-            newest_first = ()
-        return (order.get(kind, 3), newest_first, path.name)
+        return release_order(release, kind, path.name)
 
     return sorted((p for p in directory.glob("*.json") if not p.name.startswith(".")), key=key)
 
@@ -61,17 +67,26 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _failure_text(rec: dict) -> str:
+def failure_reason(rec: dict) -> tuple[str | None, str, str | None]:
+    """``(level, reason, op)`` of the first failing level, untrimmed. An architecture that failed
+    nothing may still not run: then level and op are None and the reason says why (no level recorded,
+    or L1 skipped, as for remote code); "" when it ran."""
     failure = rec.get("failure")
     if failure:
-        op = f" (at `{_cell(failure['op'])}`)" if failure.get("op") else ""
-        reason = R.trim(failure["reason"], TABLE_REASON_CHARS)  # the full text is in the results file
-        return f"{failure['level']}: {_cell(reason)}{op}"
+        return failure["level"], failure["reason"], failure.get("op")
     if not rec.get("levels"):
-        return "not run"
+        return None, "not run", None
     if rec["levels"].get("L1") == "skip":
-        return _cell(rec["skip_reasons"].get("L1", ""))
-    return ""
+        return None, rec["skip_reasons"].get("L1", ""), None
+    return None, "", None
+
+
+def _failure_text(rec: dict) -> str:
+    level, reason, op = failure_reason(rec)
+    if level is None:
+        return _cell(reason)
+    at = f" (at `{_cell(op)}`)" if op else ""
+    return f"{level}: {_cell(R.trim(reason, TABLE_REASON_CHARS))}{at}"  # the full text is in the results file
 
 
 def _graphs(rec: dict, level: str) -> str:
@@ -259,19 +274,33 @@ HEADLINE_BEGIN = ("<!-- BEGIN GENERATED compatibility headline, by `hf-neuron co
                   "hf_neuron/compat/data/results: do not edit by hand -->")
 
 
+def headline_numbers(results: dict) -> dict:
+    """One results file's headline row (compiled L1-L3, runs uncompiled, L1-L4, L5 of those with a TP
+    plan): every page that shows the headline takes its numbers from here, so they cannot disagree."""
+    s = R.summarize(results)
+    l5 = s["per_level"]["L5"]
+    return {
+        "transformers_version": results["transformers_version"],
+        "device": DEVICE_TITLES.get(results["device_kind"], results["device_kind"]),
+        "single_prompt_l3": not results.get("l3_check"),  # files older than the strict L3
+        "compiled": s["headline"],
+        "uncompiled": s["runs_uncompiled"],
+        "l1_l4": s["cumulative"]["L4"],
+        "l5_pass": l5["pass"],
+        "l5_tested": l5["pass"] + l5["fail"],
+    }
+
+
 def render_headline(files: list[Path]) -> str:
     """One row per results file: compiled L1-L3, runs uncompiled, L4 and L5 side by side with the
     published claims (the block the project README shows)."""
     lines = ["| transformers, device | L1-L3 compiled | runs, uncompiled | L1-L4 | L5 TP=2 (of those with a TP plan) |",
              "|---|---:|---:|---:|---:|"]
     for path in files:
-        results = R.load(path)
-        s = R.summarize(results)
-        l5 = s["per_level"]["L5"]
-        device = DEVICE_TITLES.get(results["device_kind"], results["device_kind"])
-        strict = "" if results.get("l3_check") else " (single-prompt L3)"
-        lines.append(f"| {results['transformers_version']}, {device}{strict} | {s['headline']} | {s['runs_uncompiled']} | "
-                     f"{s['cumulative']['L4']} | {l5['pass']} of {l5['pass'] + l5['fail']} |")
+        h = headline_numbers(R.load(path))
+        strict = " (single-prompt L3)" if h["single_prompt_l3"] else ""
+        lines.append(f"| {h['transformers_version']}, {h['device']}{strict} | {h['compiled']} | {h['uncompiled']} | "
+                     f"{h['l1_l4']} | {h['l5_pass']} of {h['l5_tested']} |")
     lines += ["", f"Of the top 100, on the same denominator: TorchNeuron's announcement claims {TORCHNEURON_CLAIM}% run "
               f"natively and {OPTIMUM_NEURON_CLAIM}% for optimum-neuron 0.4.5 (method unpublished)."]
     return "\n".join(lines)

@@ -206,6 +206,9 @@ def validate(results: dict) -> list[str]:
         if not isinstance(results.get(key), typ):
             errors.append(f"{key} missing or not a {typ.__name__}")
     for rec in results.get("architectures") or []:
+        if not isinstance(rec, dict):
+            errors.append("an architecture is not an object")
+            continue
         name = rec.get("model_type")
         if not isinstance(name, str):
             errors.append("an architecture has no model_type")

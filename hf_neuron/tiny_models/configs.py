@@ -390,6 +390,38 @@ def _select_layers(d: dict, n_layers: int, target: int | None = None) -> tuple[l
     return chosen, rewritten
 
 
+def fewer_layers(config):
+    """``(config with the fewest layers that keep every distinct kind of layer, layers kept)`` at full
+    width, or ``(config, its layer count)`` when it cannot be cut (a nested text config, a per-layer
+    dict). Layers of the same kind have the same activations, so ``hf-neuron check`` traces this one.
+
+    A dense prefix before the first mixture-of-experts layer (``first_k_dense_replace``) is kept whole,
+    so that one expert layer is traced too.
+    """
+    d = config.to_dict()
+    name = _layer_count_name(d)
+    if name is None or d.get("per_layer_config"):
+        return config, None
+    n_layers = d[name]
+    # Layer kinds a config derives from an offset (Jamba's attention layer at attn_layer_offset, every
+    # attn_layer_period) or a dense prefix: the first layer of that kind is kept.
+    firsts = [v for k, v in d.items() if k.endswith("_layer_offset") and isinstance(v, int) and not isinstance(v, bool)]
+    if isinstance(d.get("first_k_dense_replace"), int):
+        firsts.append(d["first_k_dense_replace"])
+    target = min(n_layers, max(firsts) + 1) if firsts and max(firsts) > 0 else None
+    chosen, rewritten = _select_layers(d, n_layers, target)
+    if len(chosen) >= n_layers:
+        return config, n_layers
+    reduced = copy.deepcopy(config)
+    setattr(reduced, name, len(chosen))
+    for key, value in rewritten.items():
+        setattr(reduced, key, value)
+    kinds = getattr(config, "layer_types", None)
+    if kinds is not None and set(getattr(reduced, "layer_types", None) or ()) != set(kinds):
+        return config, n_layers  # a pattern the names do not show: keep every layer
+    return reduced, len(chosen)
+
+
 def _shrink_per_layer_config(d: dict, sized: dict, chosen: list[int]) -> dict:
     """Heterogeneous per-layer overrides for the kept layers, sizes scaled like the global ones.
 

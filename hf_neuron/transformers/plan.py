@@ -117,18 +117,19 @@ class Plan:
             split = f"  ({g.count} graphs: graph breaks)" if g.count > 1 else ""
             lines.append(f"    {g.kind:<8} input_ids [{g.batch_size}, {g.tokens}]{split}")
         m = self.memory
-        lines.append(f"  device memory{per} (NeuronCore of {self.device}: {_gib(m.device_bytes)}):")
+        lines.append(f"  device memory{per} (NeuronCore of {self.device}: {format_bytes(m.device_bytes)}):")
         for label, value in (("weights", m.weights), ("KV cache", m.kv_cache), ("activations", m.activations),
                              ("gradients", m.gradients), ("AdamW state", m.optimizer)):
             if value:
-                lines.append(f"    {label:<12} {_gib(value)}")
+                lines.append(f"    {label:<12} {format_bytes(value)}")
         verdict = "fits" if m.fits else "does NOT fit"
-        lines.append(f"    {'total':<12} {_gib(m.total)}: {verdict} ({100 * m.total / max(m.device_bytes, 1):.1f}% of the core)")
+        lines.append(f"    {'total':<12} {format_bytes(m.total)}: {verdict} ({100 * m.total / max(m.device_bytes, 1):.1f}% of the core)")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
 
-def _gib(n: int) -> str:
+def format_bytes(n: int) -> str:
+    """``n`` bytes in GiB, MiB or KiB, as the plans print them."""
     if n >= 1 << 30:
         return f"{n / (1 << 30):.2f} GiB"
     if n >= 1 << 20:
@@ -306,14 +307,20 @@ def _trace_generation(model, cache, batch_size: int, chunk: int) -> tuple[int, i
 # ----------------------------------------------------------------------------- weights
 
 
-def _tp_patterns(model) -> list[re.Pattern]:
-    plan = getattr(model, "_tp_plan", None) or {}
+def _tp_patterns(model, tp_plan: dict | None = None) -> list[re.Pattern]:
+    plan = tp_plan if tp_plan is not None else getattr(model, "_tp_plan", None) or {}
     return [re.compile("^" + re.escape(key).replace(r"\*", r"\d+") + r"(\.|$)") for key in plan]
 
 
-def _weight_bytes(model, tp: int) -> int:
-    """Parameter and buffer bytes one rank holds: modules in the model's TP plan are split ``tp`` ways."""
-    patterns = _tp_patterns(model) if tp > 1 else []
+def kv_cache_bytes(model, batch_size: int, max_cache_len: int, chunk: int) -> int:
+    """Bytes of the static cache ``generate`` allocates for ``model`` (on the meta device: nothing allocated)."""
+    return _cache_bytes(chunked_prefill_cache(model, batch_size, max_cache_len, chunk, torch.device("meta")))
+
+
+def weight_bytes(model, tp: int, tp_plan: dict | None = None) -> int:
+    """Parameter and buffer bytes one rank holds: modules in the model's TP plan (or ``tp_plan``, keys
+    relative to the model) are split ``tp`` ways."""
+    patterns = _tp_patterns(model, tp_plan) if tp > 1 else []
     total = 0
     for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
         nbytes = tensor.numel() * tensor.element_size()
@@ -365,7 +372,7 @@ def plan_generation(
         raise PlanError(f"prefill_chunk_size={prefill_chunk_size} leaves no room in max_cache_len={cache_len} for "
                         f"generated tokens")
     torch_dtype, model = _planned_model(config, dtype, tp)
-    memory = MemoryEstimate(weights=_weight_bytes(model, tp), device_bytes=device_bytes(instance, logical_nc_config))
+    memory = MemoryEstimate(weights=weight_bytes(model, tp), device_bytes=device_bytes(instance, logical_nc_config))
     compiles, reason = generation_compiles(model)
     plan = Plan("generation", config.model_type, str(torch_dtype).removeprefix("torch."), tp, [], memory,
                 f"{instance} at LNC={logical_nc_config}", compiles, reason)
@@ -498,20 +505,27 @@ def plan_training(
     dtype=None,
     instance: str = "trn2",
     logical_nc_config: int = 2,
+    step_graphs: int | None = None,
 ) -> Plan:
-    """Graphs and memory of a TRL SFT run with ``torch_compile`` on Neuron (see the module docstring)."""
+    """Graphs and memory of a TRL SFT run with ``torch_compile`` on Neuron (see the module docstring).
+
+    ``step_graphs``: the graphs of one training step when already known (the compatibility results
+    record them), instead of counting them with one tiny SFT step.
+    """
     config = load_config(source)
     _positive("max_length", max_length)
     _positive("per_device_batch", per_device_batch)
     if packing_strategy not in ("bfd", "wrapped"):
         raise PlanError(f"packing_strategy {packing_strategy!r}: TRL packs with 'bfd' or 'wrapped'")
     torch_dtype, model = _planned_model(config, dtype, tp)
-    weights = _weight_bytes(model, tp)
+    weights = weight_bytes(model, tp)
     trainable = sum(math.ceil(p.numel() * p.element_size() / (tp if tp > 1 else 1)) for p in model.parameters())
     shapes = training_batch_shapes(max_length, per_device_batch, packing, packing_strategy)
-    per_step = sft_step_graphs(config.model_type, packing_strategy=packing_strategy if packing else "wrapped")
+    per_step = step_graphs if step_graphs is not None else sft_step_graphs(
+        config.model_type, packing_strategy=packing_strategy if packing else "wrapped")
     with _fresh_dynamo():
-        activations = max(_trace_training_memory(model, b, n) for b, n in shapes)
+        # The longest batch holds the most activations: it alone is traced.
+        activations = _trace_training_memory(model, *max(shapes, key=lambda shape: shape[0] * shape[1]))
     memory = MemoryEstimate(weights=weights, activations=activations, gradients=trainable, optimizer=2 * trainable,
                             device_bytes=device_bytes(instance, logical_nc_config))
     plan = Plan("training", config.model_type, str(torch_dtype).removeprefix("torch."), tp,
@@ -528,6 +542,7 @@ def planned_shapes(plan: Plan) -> list[tuple[int, int]]:
 
 
 __all__ = [
-    "MemoryEstimate", "Plan", "PlanError", "PlannedGraph", "device_bytes", "load_config",
-    "plan_generation", "plan_training", "planned_shapes", "sft_step_graphs", "training_batch_shapes",
+    "MemoryEstimate", "Plan", "PlanError", "PlannedGraph", "device_bytes", "format_bytes", "kv_cache_bytes", "load_config",
+    "meta_model", "plan_generation", "plan_training", "planned_shapes", "sft_step_graphs", "training_batch_shapes",
+    "weight_bytes",
 ]

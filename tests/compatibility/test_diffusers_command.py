@@ -57,7 +57,7 @@ def test_unknown_suite_is_an_error(capsys):
     with pytest.raises(SystemExit) as exited:
         cli_main(["compat", "transformers"])
     assert exited.value.code == 2
-    assert "invalid choice: 'transformers' (choose from 'diffusers')" in capsys.readouterr().err
+    assert "invalid choice: 'transformers' (choose from 'diffusers', 'report')" in capsys.readouterr().err
 
 
 def test_report_only_needs_results(tmp_path, capsys):

@@ -32,7 +32,8 @@ RESULT_FILES = {
 COMMAND = "hf-neuron compat diffusers"
 
 
-def _load(path) -> dict:
+def load_records(path) -> dict:
+    """One check's records by class (or pipeline family); {} for a check not run yet."""
     if not path or not Path(path).exists():
         return {}
     with open(path) as f:
@@ -55,7 +56,7 @@ def all_transformer_classes() -> dict[str, type]:
     return dict(sorted(found.items()))
 
 
-def _tp_cell(record: dict | None) -> str:
+def tp_cell(record: dict | None) -> str:
     if not record:
         return ""
     if record.get("ok"):
@@ -78,7 +79,7 @@ def short_error(error: str) -> str:
     return (error or "").strip().splitlines()[0][:100] if error else ""
 
 
-def _compile_cell(record: dict | None) -> tuple[str, str]:
+def compile_cell(record: dict | None) -> tuple[str, str]:
     if not record:
         return "", ""
     if record.get("ok"):
@@ -88,6 +89,23 @@ def _compile_cell(record: dict | None) -> tuple[str, str]:
         return "blocked: no conv on simulator", ""
     eager = "pass" if record.get("eager") else "FAIL"
     return eager, f"fullgraph fails: {short_error(record.get('error', ''))}"
+
+
+def pipeline_cells(record: dict) -> tuple[str, str, str]:
+    """A tiny pipeline's eager, compiled and VAE-decode cells (empty for a pipeline not recorded)."""
+    failed = f"FAIL: {str(record.get('error', ''))[:60]}" if record else ""
+    eager = compiled_cell = vae_cell = failed
+    if CONV_GAP in json.dumps(record, default=str):
+        eager = compiled_cell = vae_cell = "blocked: no conv on simulator (VAE)"
+    if record.get("eager"):
+        eager = f"pass ({record['eager_max_abs_diff']:.0e})"
+    if record.get("compiled"):
+        compiled_cell = (f"pass ({record['compiled_max_abs_diff']:.0e}), {record['graphs']} graphs, "
+                         f"{record['graphs_second_generation']} on regeneration")
+    if record.get("vae_compiled"):
+        vae_cell = (f"pass ({record['vae_compiled_max_abs_diff']:.0e}), {record['vae_decode_graphs']} graph(s), "
+                    f"{record['vae_decode_graphs_second_generation']} on regeneration")
+    return eager, compiled_cell, vae_cell
 
 
 def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict, benchmark: str = "",
@@ -151,8 +169,8 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict, benchmark: s
         blocks = "hf_neuron" if name in ours_blocks else ("upstream" if cls._repeated_blocks else "none")
         record = tp.get(name) or {}
         share = f"{record['sharded_fraction']:.0%}" if "sharded_fraction" in record else ""
-        eager, compiled_cell = _compile_cell(compiled.get(name))
-        lines.append(f"| {name} | {plan} | {_tp_cell(tp.get(name))} | {_tp_cell(tp_cpu.get(name))} | {share} "
+        eager, compiled_cell = compile_cell(compiled.get(name))
+        lines.append(f"| {name} | {plan} | {tp_cell(tp.get(name))} | {tp_cell(tp_cpu.get(name))} | {share} "
                      f"| {blocks} | {eager} | {compiled_cell} |")
 
     lines += [
@@ -171,21 +189,10 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict, benchmark: s
         cls = classes.get(transformer)
         plan = "hf_neuron" if transformer in PLANS else ("upstream" if cls is not None and cls._tp_plan else "none")
         blocks = "hf_neuron" if transformer in ours_blocks else "upstream"
-        failed = f"FAIL: {str(record.get('error', ''))[:60]}" if record else ""
-        eager = compiled_cell = vae_cell = failed
-        if CONV_GAP in json.dumps(record, default=str):
-            eager = compiled_cell = vae_cell = "blocked: no conv on simulator (VAE)"
-        if record.get("eager"):
-            eager = f"pass ({record['eager_max_abs_diff']:.0e})"
-        if record.get("compiled"):
-            compiled_cell = (f"pass ({record['compiled_max_abs_diff']:.0e}), {record['graphs']} graphs, "
-                             f"{record['graphs_second_generation']} on regeneration")
-        if record.get("vae_compiled"):
-            vae_cell = (f"pass ({record['vae_compiled_max_abs_diff']:.0e}), {record['vae_decode_graphs']} graph(s), "
-                        f"{record['vae_decode_graphs_second_generation']} on regeneration")
-        tp2 = _tp_cell(tp.get(transformer))
+        eager, compiled_cell, vae_cell = pipeline_cells(record)
+        tp2 = tp_cell(tp.get(transformer))
         if tp2.startswith("blocked") and tp_cpu.get(transformer, {}).get("ok"):
-            tp2 = f"transformer: {_tp_cell(tp_cpu.get(transformer))} on CPU/gloo; {tp2}"
+            tp2 = f"transformer: {tp_cell(tp_cpu.get(transformer))} on CPU/gloo; {tp2}"
         elif tp2:
             tp2 = f"transformer: {tp2}"
         if family == "qwenimage21":
@@ -264,7 +271,7 @@ def render(tp: dict, tp_cpu: dict, compiled: dict, pipelines: dict, benchmark: s
 def load_results(results_dir: str | Path) -> dict:
     """The recorded results in ``results_dir`` as :func:`render`'s keyword arguments (missing ones empty)."""
     results_dir = Path(results_dir)
-    loaded = {key: _load(results_dir / name) for key, name in RESULT_FILES.items() if key != "benchmark"}
+    loaded = {key: load_records(results_dir / name) for key, name in RESULT_FILES.items() if key != "benchmark"}
     benchmark = results_dir / RESULT_FILES["benchmark"]
     loaded["compiled"] = loaded.pop("compile")
     loaded["benchmark"] = benchmark.read_text() if benchmark.exists() else ""

@@ -1,0 +1,161 @@
+"""hf-neuron check MODEL: does this model run on Trainium, with which fixes, on how many NeuronCores?
+
+MODEL is a local model folder, a config.json, or a Hub id already in the local Hugging Face cache (no
+network, no weights read: seconds for a model of any size). The answer has three parts:
+
+  verdict  its architecture's result in the compatibility results of the installed Transformers
+           (levels passed, compiled or not, the failure reason), or "not tested" and how to test it
+  plan     graphs and memory per NeuronCore at the smallest tensor-parallel degree that fits and
+           that the model's heads divide, and the instance sizes with that many cores
+  fixes    the hf_neuron fixes this architecture and task rely on, and where its TP plan comes from
+
+exit status:
+   0  runs compiled and fits        1  the architecture fails a level the task needs
+   3  runs, but uncompiled (eager)  4  does not fit with tensor parallelism on this instance family
+   5  not tested                    2  bad option (argparse)
+  10  no such path                 11  folder without config.json    12  Hub id not in the local cache
+  13  unknown model_type           14  unknown instance family        15  unreadable config
+  16  not a text-generation model
+
+examples:
+  hf-neuron check ./my-checkpoint
+  hf-neuron check meta-llama/Llama-3.1-8B --task sft --instance trn3 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EXIT_STATUS = {
+    "passes": 0, "fails": 1, "uncompiled": 3, "does_not_fit": 4, "not_tested": 5,
+    "missing_path": 10, "no_config": 11, "not_in_cache": 12, "unknown_model_type": 13, "unknown_instance": 14,
+    "bad_config": 15, "not_text_generation": 16, "bad_task": 2,
+}
+_MARK = {"pass": "✓", "fail": "✗", "skip": "–"}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("check", help="does MODEL run on Trainium: verdict, plan, instance, fixes (seconds)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", metavar="MODEL", help="local model folder, config.json, or Hub id in the local cache")
+    p.add_argument("--task", choices=("generate", "sft"), default="generate",
+                   help="generation (default) or TRL SFT training")
+    p.add_argument("--instance", default="trn2", metavar="FAMILY",
+                   help="Trainium instance family: trn2 (default), trn2u or trn3")
+    p.add_argument("--batch-size", type=int, default=1, metavar="N",
+                   help="generation batch size, or SFT batch per device (default: 1)")
+    p.add_argument("--max-cache-len", type=int, default=None, metavar="N",
+                   help="generation: static cache length (default: hf_neuron's 1024)")
+    p.add_argument("--max-length", type=int, default=None, metavar="N", help="SFT: max_length (default: TRL's 1024)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the config's)")
+    p.add_argument("--json", action="store_true", help="print the check as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hf_neuron.transformers.model_check import DEFAULT_SFT_MAX_LENGTH, CheckError, check_model
+
+    for name in ("batch_size", "max_cache_len", "max_length"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            print(f"hf-neuron check: error: --{name.replace('_', '-')} must be a positive integer, got {value}",
+                  file=sys.stderr)
+            return 2
+    try:
+        result = check_model(args.model, args.task, args.instance, dtype=args.dtype, batch_size=args.batch_size,
+                             max_cache_len=args.max_cache_len, max_length=args.max_length or DEFAULT_SFT_MAX_LENGTH)
+    except CheckError as exc:
+        print(f"hf-neuron check: error: {exc}", file=sys.stderr)
+        return EXIT_STATUS.get(exc.kind, 2)
+    status = outcome(result)
+    if args.json:
+        print(json.dumps({**result.to_dict(), "outcome": status, "exit_status": EXIT_STATUS[status]}, indent=1))
+    else:
+        print(render(result, status))
+    return EXIT_STATUS[status]
+
+
+def outcome(result) -> str:
+    """What the exit status reports: a failing or untested architecture first, then whether it fits."""
+    if result.verdict.status in ("fails", "not_tested"):
+        return result.verdict.status
+    if not result.sizing.fits:
+        return "does_not_fit"
+    return result.verdict.status
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
+
+
+_OUTCOME_LINE = {
+    "passes": "runs compiled on Neuron and fits",
+    "fails": "the architecture fails on Neuron",
+    "uncompiled": "runs on Neuron, uncompiled (eager: the slow path on Trainium)",
+    "does_not_fit": "does not fit with tensor parallelism on this instance family",
+    "not_tested": "not tested on Neuron",
+}
+
+
+def render(result, status: str) -> str:
+    from hf_neuron import instances
+    from hf_neuron.transformers.plan import format_bytes
+
+    v, s = result.verdict, result.sizing
+    task = "generation" if result.task == "generate" else "SFT training"
+    lines = [f"{result.model_type}: {_OUTCOME_LINE[status]} ({task}, {result.instance})",
+             f"  read from {result.source}", "", f"verdict: {v.summary}"]
+    if v.levels:
+        marks = "  ".join(f"{lv} {_MARK.get(st, '?')}" for lv, st in v.levels.items())
+        lines.append(f"  transformers {v.transformers_version}, {v.device_kind} device ({v.results_file}): {marks}")
+    lines += ["", f"plan: {s.parameters and _count(s.parameters)} parameters in {s.dtype}"]
+    tried = ", ".join(map(str, s.degrees_tried)) or "none"
+    limit = f"; no higher: {s.limit}" if s.limit else ""
+    if s.fits:
+        lines.append(f"  tensor parallel {s.tp}: the smallest degree that fits (degrees the heads allow: {tried}{limit})")
+    else:
+        lines.append(f"  does not fit on one NeuronCore at any degree tried ({tried}{limit})")
+    if s.graphs:
+        shapes = ", ".join(f"{g['kind']} [{g['batch_size']}, {g['tokens']}]" for g in s.graphs)
+        lines.append(f"  graphs per rank: {s.graph_count} ({shapes})")
+    elif not s.compiled:
+        lines.append("  graphs: none (generate runs eagerly)")
+    parts = ", ".join(f"{label} {format_bytes(s.per_core[key])}" for key, label in
+                      (("weights", "weights"), ("kv_cache", "KV cache"), ("activations", "activations"),
+                       ("gradients", "gradients"), ("optimizer", "AdamW state")) if s.per_core.get(key))
+    total = s.per_core.get("total", 0)
+    at = f"TP={s.tp}" if s.fits else f"TP={s.degrees_tried[-1] if s.degrees_tried else 1}"
+    lines.append(f"  per NeuronCore at {at} ({format_bytes(s.device_bytes)} on {result.instance} at LNC=2): {parts} = "
+                 f"{format_bytes(total)} ({100 * total / s.device_bytes:.0f}%)")
+    if s.fits:
+        if s.instances:
+            lines.append(f"  instances with {s.tp} core(s) or more: " + ", ".join(
+                f"{size.name} ({size.chips} chip(s), {size.devices()} cores)"
+                for size in instances.INSTANCE_SIZES if size.name in s.instances))
+        else:
+            lines.append(f"  needs {s.chips} {result.instance} chip(s) ({s.tp} cores at LNC=2); the documentation "
+                         f"names no {result.instance} instance size")
+    note = f" ({result.tp_plan_note})" if result.tp_plan_note else ""
+    lines += ["", f"tensor-parallel plan: {_PLAN_SOURCE[result.tp_plan]}{note}",
+              f"fixes hf_neuron applies for this ({len(result.fixes)}; statuses on this install: hf-neuron env):"]
+    width = max((len(f["name"]) for f in result.fixes), default=0)
+    for scope, title in _FIX_GROUPS:
+        group = [f for f in result.fixes if f["scope"] == scope]
+        if group:
+            lines.append(f"  {title.format(model_type=result.model_type)}:")
+        for entry in group:
+            gap = entry["gap"] if len(entry["gap"]) <= 100 else entry["gap"][:99] + "…"
+            lines.append(f"    {entry['name']:<{width}}  {gap}")
+    if s.notes:
+        lines += ["", "notes:"] + [f"  - {n}" for n in s.notes]
+    lines += ["", f"exit status {EXIT_STATUS[status]}: {status.replace('_', ' ')}"]
+    return "\n".join(lines)
+
+
+_FIX_GROUPS = (("model", "for {model_type}"), ("generation", "generation, every model"),
+               ("training", "training, every model"), ("trl", "TRL SFT"), ("tensor_parallel", "tensor parallelism"),
+               ("loading", "loading, every model"))
+_PLAN_SOURCE = {"transformers": "Transformers' (base_model_tp_plan)", "hf_neuron": "hf_neuron's (Transformers ships none)",
+                "none": "none"}

@@ -1,0 +1,454 @@
+"""``hf-neuron check MODEL``: does this checkpoint run on Trainium, with which fixes, on how many cores?
+
+The answer a user wants first is about *their* checkpoint. It is put together from what hf_neuron
+already knows, without reading a weight or touching the network:
+
+- the verdict of the checkpoint's architecture (its ``model_type``) in the committed compatibility
+  results of the installed Transformers release (levels passed, compiled or not, the failure reason);
+- the fixes hf_neuron applies for this architecture and task, and where its tensor-parallel plan comes
+  from (Transformers', hf_neuron's, none);
+- a plan at the smallest tensor-parallel degree that fits one NeuronCore and that the model's heads
+  divide, and the instance sizes with that many cores.
+
+Sizes come from the model built on the ``meta`` device (every parameter's shape, no memory), so any size
+takes seconds. Graphs and activations are traced on the same architecture with the fewest layers that
+keep every kind of layer (:func:`hf_neuron.tiny_models.configs.fewer_layers`): the layers of one kind
+repeat the same graph and the same transient memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from hf_neuron import instances
+from hf_neuron.commands.output import upstream_warnings_silenced
+from hf_neuron.compat import results as R
+
+#: Compatibility levels each task needs: load, forward = CPU, then compiled generation or training.
+TASK_LEVELS = {"generate": ("L1", "L2", "L3"), "sft": ("L1", "L2", "L4")}
+TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_SFT_MAX_LENGTH = 1024  # TRL's SFTConfig.max_length default
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+class CheckError(ValueError):
+    """Input ``hf-neuron check`` cannot use. ``kind`` names what was wrong (the command's exit status
+    depends on it); the message says what to pass instead."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+# ----------------------------------------------------------------------------- the model's config
+
+
+def resolve_config(source: str):
+    """``(config, where it was read)`` for a local folder, a ``config.json`` or a cached Hub id."""
+    path = Path(os.path.expanduser(str(source)))
+    if path.is_dir():
+        config_file = path / "config.json"
+        if not config_file.is_file():
+            raise CheckError("no_config", f"{path} has no config.json: pass a model folder saved with "
+                                          "save_pretrained (or a Hub snapshot), or the config.json itself")
+        return _config_from_file(config_file), str(config_file)
+    if path.is_file():
+        return _config_from_file(path), str(path)
+    if _looks_like_path(str(source)) or not _HUB_ID.match(str(source)):
+        raise CheckError("missing_path", f"{source}: no such file or folder; MODEL is a local model folder, a "
+                                         "config.json, or a Hub id already in the local Hugging Face cache")
+    cached = _cached_hub_config(str(source))
+    if cached is None:
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        raise CheckError("not_in_cache", f"{source}: no such local folder, and no Hub model {source} in the local "
+                                         f"Hugging Face cache ({HF_HUB_CACHE}); hf-neuron check reads no network: "
+                                         f"fetch its config first (hf download {source} config.json) or pass a "
+                                         "local folder or config.json")
+    return _config_from_file(Path(cached)), f"{source} (local Hugging Face cache)"
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.endswith(".json") or text.startswith((".", "/", "~")) or text.count("/") > 1
+
+
+def _cached_hub_config(repo_id: str) -> str | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return found if isinstance(found, str) else None
+
+
+def _config_from_file(path: Path):
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckError("bad_config", f"{path} is not a JSON config ({exc}): pass a Transformers config.json")
+    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
+        raise CheckError("bad_config", f"{path} has no model_type: pass a Transformers config.json")
+    return config_from_dict(data, str(path))
+
+
+def config_from_dict(data: dict, where: str = "the config"):
+    from transformers import CONFIG_MAPPING, AutoConfig
+
+    model_type = data["model_type"]
+    if model_type not in CONFIG_MAPPING:
+        import difflib
+
+        import transformers
+
+        close = difflib.get_close_matches(model_type, list(CONFIG_MAPPING.keys()), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise CheckError("unknown_model_type",
+                         f"{where}: model_type {model_type!r} is not known to the installed Transformers "
+                         f"{transformers.__version__}{hint}; a newer Transformers may know it (pip install -U "
+                         "transformers), or the checkpoint needs its own code (trust_remote_code), which "
+                         "hf-neuron check cannot plan")
+    fields = {k: v for k, v in data.items() if k != "model_type"}
+    try:
+        return AutoConfig.for_model(model_type, **fields)
+    except Exception as exc:  # noqa: BLE001 - a config the class rejects
+        raise CheckError("bad_config", f"{where}: Transformers rejects this {model_type} config: "
+                                       f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+
+
+def model_class(config):
+    """The class that generates text for ``config``: its causal-LM class, else its image-text-to-text one."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    for auto in (AutoModelForCausalLM, AutoModelForImageTextToText):
+        if type(config) in auto._model_mapping:
+            return auto
+    raise CheckError("not_text_generation",
+                     f"model_type {config.model_type!r} has no text-generation class in Transformers (causal LM "
+                     "or image-text-to-text): hf-neuron check plans text generation and SFT only")
+
+
+# ----------------------------------------------------------------------------- verdict
+
+
+@dataclasses.dataclass
+class Verdict:
+    status: str  # "passes", "uncompiled", "fails", "not_tested"
+    summary: str
+    levels: dict[str, str]
+    results_file: str | None
+    transformers_version: str | None
+    device_kind: str | None
+    graphs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    failure: dict | None = None
+    tp_level: str | None = None  # L5 (TP=2 = single device), when recorded
+
+
+def results_for_installed() -> tuple[dict | None, Path | None, str]:
+    """The committed results of the installed Transformers release on this machine's device kind, else the
+    nearest older release's (with a note), else none."""
+    import transformers
+    from packaging.version import Version
+
+    from hf_neuron.compat import report
+
+    kind = "trainium" if _real_trainium() else "simulated"
+    installed = Version(transformers.__version__)
+    candidates = []
+    for path in report.results_files():
+        release, _, file_kind = path.stem.rpartition("-")
+        if file_kind == kind:
+            candidates.append((Version(release), path))
+    exact = [p for v, p in candidates if v.release[:3] == installed.release[:3]]
+    if exact:
+        return R.load(exact[0]), exact[0], ""
+    older = sorted(((v, p) for v, p in candidates if v <= installed), reverse=True)
+    if older:
+        v, path = older[0]
+        return R.load(path), path, (f"no results for transformers {transformers.__version__} yet: these are "
+                                    f"{v}'s (run hf-neuron compat to record yours)")
+    return None, None, f"no compatibility results for transformers {transformers.__version__} on {kind}"
+
+
+def _real_trainium() -> bool:
+    from hf_neuron.simulator.activation import real_torch_neuronx_installed
+
+    return real_torch_neuronx_installed()
+
+
+def verdict(model_type: str, task: str) -> Verdict:
+    results, path, note = results_for_installed()
+    version = results["transformers_version"] if results else None
+    kind = results["device_kind"] if results else None
+    record = R.by_model_type(results).get(model_type) if results else None
+    how = f"test it with: hf-neuron compat --arch {model_type}"
+    if record is None:
+        where = f"the compatibility results of transformers {version}" if results else "any compatibility results"
+        return Verdict("not_tested", f"not tested: {model_type} is not in {where}; {how}", {}, _name(path), version,
+                       kind)
+    levels = {lv: record["levels"].get(lv, "skip") for lv in R.LEVELS}
+    graphs = {lv: record["graphs_compiled"].get(lv) for lv in ("L3", "L4")}
+    base = dict(levels=levels, results_file=_name(path), transformers_version=version, device_kind=kind,
+                graphs=graphs, tp_level=levels.get("L5"))
+    needed = TASK_LEVELS[task]
+    failing = next((lv for lv in needed if levels[lv] == "fail"), None)
+    if failing:
+        failure = {"level": failing, **record["failures"].get(failing, {"reason": "not recorded", "op": None})}
+        return Verdict("fails", f"fails {failing}: {R.trim(failure['reason'], 300)}", failure=failure, **base)
+    skipped = next((lv for lv in needed if levels[lv] != "pass"), None)
+    if skipped:
+        reason = record["skip_reasons"].get(skipped, "not run")
+        return Verdict("not_tested", f"{skipped} not run ({reason}); {how}", **base)
+    suffix = f" ({note})" if note else ""
+    if task == "generate" and R.generation_path(record) == "eager":
+        why = record["details"].get("L3", {}).get("eager_reason") or "generate compiles nothing"
+        return Verdict("uncompiled", f"runs, uncompiled: tokens equal CPU but {why}{suffix}", **base)
+    what = "compiled generation" if task == "generate" else "compiled training step"
+    return Verdict("passes", f"passes {', '.join(needed)} ({what} equals CPU){suffix}", **base)
+
+
+def _name(path: Path | None) -> str | None:
+    return path.name if path else None
+
+
+# ----------------------------------------------------------------------------- fixes and TP plan
+
+
+def tp_plan_source(config) -> tuple[str, dict | None, str | None]:
+    """``(source, plan keys relative to the model or None, why not)``: source is "transformers",
+    "hf_neuron" or "none"."""
+    from hf_neuron.transformers.tensor_parallel.plans import PLANS
+
+    text = config.get_text_config(decoder=True)
+    upstream = getattr(type(text), "base_model_tp_plan", None) or getattr(text, "base_model_tp_plan", None)
+    if upstream:
+        return "transformers", None, None
+    ours = PLANS.get(text.model_type) or PLANS.get(config.model_type)
+    if ours is not None:
+        why = ours.applies(text) if ours.applies else None
+        if why is None:
+            return "hf_neuron", dict(ours.plan), None
+        return "none", None, f"hf_neuron's plan does not cover this variant: {why}"
+    return "none", None, "neither Transformers nor hf_neuron has a tensor-parallel plan for it"
+
+
+def applicable_fixes(config, task: str, tp: int) -> list[dict]:
+    from hf_neuron.transformers.fix_scope import fix_scope, fixes_for
+
+    return [{"name": f.name, "scope": fix_scope(f), "gap": f.gap} for f in fixes_for(config, task, tp)]
+
+
+# ----------------------------------------------------------------------------- sizing
+
+
+@dataclasses.dataclass
+class Sizing:
+    tp: int | None  # the smallest degree that fits; None when none does
+    dtype: str
+    parameters: int
+    weights_total: int  # bytes of every weight (one unsharded copy)
+    per_core: dict[str, int]  # bytes per NeuronCore at ``tp`` (or at the largest degree tried)
+    device_bytes: int
+    graphs: list[dict]
+    graph_count: int
+    compiled: bool
+    degrees_tried: list[int]
+    limit: str | None = None  # why no larger degree was tried
+    instances: list[str] = dataclasses.field(default_factory=list)
+    chips: int | None = None
+    traced_layers: int | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+    totals: dict[int, int] = dataclasses.field(default_factory=dict)  # bytes per core at each degree tried
+
+    @property
+    def fits(self) -> bool:
+        return self.tp is not None
+
+
+def _degrees(config, family: str, has_plan: bool, lnc: int) -> tuple[list[int], str | None]:
+    text = config.get_text_config(decoder=True)
+    heads = {name: getattr(text, name, None) for name in ("num_attention_heads", "num_key_value_heads")}
+    largest = instances.max_devices(family, lnc)
+    degrees, limit = [], None
+    for tp in TP_DEGREES:
+        if tp > largest:
+            limit = limit or f"the largest {family} instance has {largest} cores"
+            break
+        if tp > 1 and not has_plan:
+            limit = "no tensor-parallel plan"
+            break
+        bad = [f"{name}={n}" for name, n in heads.items() if isinstance(n, int) and n % tp]
+        if bad:
+            limit = limit or f"{', '.join(bad)} does not divide by {tp}"
+            continue
+        degrees.append(tp)
+    return degrees, limit or f"{TP_DEGREES[-1]} is the largest degree ({largest} cores on the largest {family} instance)"
+
+
+def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 1, max_cache_len: int | None = None,
+               max_length: int = DEFAULT_SFT_MAX_LENGTH, step_graphs: int | None = None,
+               compiles: bool | None = None, lnc: int = 2) -> Sizing:
+    """The smallest tensor-parallel degree at which ``task`` fits one NeuronCore of ``family``.
+
+    hf_neuron's fixes are not applied in this process (it has no neuron device), and some of them are
+    what makes an architecture compile (Mamba's static cache, for one). ``compiles`` (from the
+    compatibility results, measured with the fixes) then says whether generate compiles; the graphs are
+    those compiled generation guarantees: one per prefill bucket and one decode graph per batch size.
+    """
+    import torch
+
+    from hf_neuron.tiny_models.configs import fewer_layers
+    from hf_neuron.transformers import plan as P
+    from hf_neuron.transformers.generation.defaults import DEFAULT_MAX_CACHE_LEN, resolve_prefill_buckets
+
+    torch_dtype = P._resolve_dtype(config, dtype)
+    source, our_plan, _ = tp_plan_source(config)
+    auto = model_class(config)
+    with torch.device("meta"):
+        model = auto.from_config(config, dtype=torch_dtype)
+    parameters = sum(p.numel() for p in model.parameters())
+    plan_keys = None
+    if our_plan is not None:
+        prefix = "" if model.base_model is model else f"{model.base_model_prefix}."
+        plan_keys = {prefix + key: style for key, style in our_plan.items()}
+    per_device = P.device_bytes(family, lnc)
+    reduced, kept = fewer_layers(config)
+    layers = _layer_count(config)
+    notes = []
+    if task == "generate":
+        cache_len = int(max_cache_len or DEFAULT_MAX_CACHE_LEN)
+        buckets = [b for b in resolve_prefill_buckets(None, cache_len) if b < cache_len]
+        traced = P.plan_generation(reduced, [batch_size], cache_len, dtype=torch_dtype)
+        try:
+            kv = P.kv_cache_bytes(model, batch_size, cache_len, buckets[-1])
+        except Exception as exc:  # noqa: BLE001 - a cache only hf_neuron's fixes can allocate statically
+            kv = 0
+            notes.append(f"the static cache is not sized here ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:100]}): memory leaves it out")
+        activations = traced.memory.activations
+        compiled = traced.compiled if compiles is None else compiles
+        if compiled and not traced.compiled:
+            traced.graphs = [P.PlannedGraph("prefill", batch_size, b, 1) for b in buckets]
+            traced.graphs.append(P.PlannedGraph("decode", batch_size, 1, 1))
+            notes.append("generate compiles with hf_neuron's fixes (compatibility results), which this planner does "
+                         "not apply: graphs are compiled generation's (one per prefill bucket, one decode), "
+                         "activations are not included")
+        elif not compiled:
+            traced.graphs = []
+        graphs = [dataclasses.asdict(g) for g in traced.graphs]
+        graph_count = sum(g["count"] for g in graphs)
+        notes += [n for n in traced.notes if n.startswith("not traced")]
+        fixed = {"kv_cache": kv, "activations": activations}
+    else:
+        traced = P.plan_training(reduced, max_length, batch_size, dtype=torch_dtype, step_graphs=step_graphs or 1)
+        activations = _scaled_training_activations(traced.memory.activations, kept, layers)
+        graphs = [dataclasses.asdict(g) for g in traced.graphs]
+        compiled, graph_count, kv = True, traced.graph_count, 0
+        fixed = {"activations": activations}
+        if step_graphs is None:
+            notes.append("graphs per training step not recorded for this architecture: 1 assumed")
+        notes.append("training activations traced on the kept layers and scaled to every layer, without "
+                     "activation checkpointing (an upper bound)")
+    degrees, limit = _degrees(config, family, source != "none", lnc)
+    chosen, per_core, totals = None, {}, {}
+    for tp in degrees:
+        weights = P.weight_bytes(model, tp, plan_keys)
+        per_core = {"weights": weights}
+        if task == "sft":  # a gradient per weight, AdamW's two moments per weight, sharded as the weights
+            per_core.update(gradients=weights, optimizer=2 * weights)
+        per_core.update({k: math.ceil(v / tp) if k == "kv_cache" else v for k, v in fixed.items()})
+        per_core["total"] = totals[tp] = sum(per_core.values())
+        if per_core["total"] <= per_device:
+            chosen = tp
+            break
+    sizing = Sizing(chosen, str(torch_dtype).removeprefix("torch."), parameters, P.weight_bytes(model, 1), per_core,
+                    per_device, graphs, graph_count, compiled, degrees, limit,
+                    traced_layers=kept if kept != layers else None, notes=notes, totals=totals)
+    if chosen is not None:
+        sizing.instances = [s.name for s in instances.sizes_holding(family, chosen, lnc)]
+        sizing.chips = math.ceil(chosen / instances.logical_cores_per_chip(lnc))
+    if kept is not None and kept != layers:
+        sizing.notes.append(f"graphs and activations traced on {kept} of the {layers} layers (every kind of layer "
+                            f"of the model; layers of one kind repeat the same graph and transient memory)")
+    largest = chosen or (degrees[-1] if degrees else 1)
+    if largest > 1:
+        whole, split = P.weight_bytes(model, 1), P.weight_bytes(model, largest, plan_keys)
+        replicated = (split - whole / largest) / (whole - whole / largest)
+        if replicated > 0.2:
+            sizing.notes.append(f"{replicated:.0%} of the weights are outside the tensor-parallel plan ({source}'s) and "
+                                "are replicated on every core (for a mixture of experts: its experts)")
+        if chosen is not None:
+            sizing.notes.append("activations are those of one unsharded rank (an upper bound under tensor "
+                                "parallelism)")
+    return sizing
+
+
+def _layer_count(config) -> int | None:
+    from hf_neuron.tiny_models.configs import LAYER_COUNT_NAMES
+
+    d = config.to_dict()
+    return next((d[n] for n in LAYER_COUNT_NAMES if isinstance(d.get(n), int) and not isinstance(d.get(n), bool)), None)
+
+
+def _scaled_training_activations(traced: int, kept: int | None, layers: int | None) -> int:
+    """Training keeps each layer's activations for the backward: the traced peak of ``kept`` layers, scaled
+    to all ``layers`` (an upper bound: the embeddings and logits are counted once per ``kept`` layers)."""
+    if not kept or not layers or kept >= layers:
+        return traced
+    return math.ceil(traced * layers / kept)
+
+
+# ----------------------------------------------------------------------------- the whole check
+
+
+@dataclasses.dataclass
+class ModelCheck:
+    model: str
+    source: str
+    model_type: str
+    task: str
+    instance: str
+    verdict: Verdict
+    tp_plan: str
+    tp_plan_note: str | None
+    fixes: list[dict]
+    sizing: Sizing
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["sizing"]["fits"] = self.sizing.fits
+        return out
+
+
+def check_model(source: str, task: str = "generate", instance: str = "trn2", *, dtype=None, batch_size: int = 1,
+                max_cache_len: int | None = None, max_length: int = DEFAULT_SFT_MAX_LENGTH) -> ModelCheck:
+    if task not in TASK_LEVELS:
+        raise CheckError("bad_task", f"task {task!r}: use generate or sft")
+    if instance not in instances.FAMILIES:
+        raise CheckError("unknown_instance", f"instance {instance!r} is not a Trainium family hf_neuron knows: use "
+                                             f"one of {', '.join(instances.FAMILIES)}")
+    from hf_neuron.patching import upstream_behaviour
+    from hf_neuron.transformers.fix_scope import registered_fixes
+
+    # The same answer with or without a neuron device in this process: sizes and traces are upstream's
+    # (the compatibility results say what hf_neuron's fixes change), and nothing is decided here.
+    with upstream_warnings_silenced(), upstream_behaviour(*(f.name for f in registered_fixes())):
+        config, where = resolve_config(source)
+        model_class(config)
+        found = verdict(config.model_type, task)
+        plan_source, _, plan_note = tp_plan_source(config)
+        step_graphs = found.graphs.get("L4") if task == "sft" else None
+        compiles = {"passes": True, "uncompiled": False}.get(found.status) if task == "generate" else None
+        sizing = size_model(config, task, instance, dtype=dtype, batch_size=batch_size, max_cache_len=max_cache_len,
+                            max_length=max_length, step_graphs=step_graphs, compiles=compiles)
+        fixes = applicable_fixes(config, task, sizing.tp or 1)
+    return ModelCheck(str(source), where, config.model_type, task, instance, found, plan_source, plan_note, fixes,
+                      sizing)
+
+
+__all__ = ["CheckError", "ModelCheck", "Sizing", "TASK_LEVELS", "Verdict", "check_model", "config_from_dict",
+           "resolve_config", "results_for_installed", "size_model", "tp_plan_source", "verdict"]

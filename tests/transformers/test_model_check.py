@@ -1,0 +1,187 @@
+"""``hf-neuron check`` on hand-written configs of real checkpoints (no weights): the verdict, the smallest
+tensor-parallel degree that fits, the weights, the instance sizes, and one clear line per bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hf_neuron import cli
+from hf_neuron.commands.check import EXIT_STATUS
+from hf_neuron.compat import results as R
+from hf_neuron.transformers import model_check
+
+CONFIGS = Path(__file__).parent / "checkpoint_configs"
+GIB = 1 << 30
+
+# Published parameter counts (model cards / safetensors index of each checkpoint) and the dtype of its
+# config, the smallest TP degree at which generation fits a trn2 NeuronCore (24 GiB at LNC=2), and why
+# a checkpoint fits no degree (None: it fits).
+CHECKPOINTS = {
+    # name: (parameters, bytes per parameter, TP for generation on trn2, family)
+    "qwen2.5-0.5b": (494_032_768, 2, 1, "dense"),
+    "llama-3.1-8b": (8_030_261_248, 2, 1, "dense"),
+    "gemma-2-9b": (9_241_705_984, 4, 2, "sliding window, float32"),
+    "mamba-2.8b": (2_768_345_600, 4, 1, "state space"),
+    "olmo-1b": (1_176_764_416, 4, 1, "dense, not in the results"),
+    "llama-3.1-405b": (405_853_388_800, 2, None, "dense, 8 kv heads"),
+    "mixtral-8x7b": (46_702_792_704, 2, None, "MoE, experts outside the TP plan"),
+    "qwen3-30b-a3b": (30_532_122_624, 2, None, "MoE"),
+    "deepseek-v3": (671_026_419_200, 2, None, "MoE, latent attention"),
+    "jamba-v0.1": (51_570_919_424, 2, None, "hybrid mamba/attention MoE"),
+}
+
+
+@pytest.fixture(scope="module")
+def checks():
+    return {name: model_check.check_model(str(CONFIGS / f"{name}.json")) for name in CHECKPOINTS}
+
+
+@pytest.mark.parametrize("name", sorted(CHECKPOINTS))
+def test_weights_are_the_parameter_count_times_the_dtype_size(checks, name):
+    parameters, nbytes, _, _ = CHECKPOINTS[name]
+    sizing = checks[name].sizing
+    assert sizing.parameters == pytest.approx(parameters, rel=0.01)
+    assert sizing.weights_total == pytest.approx(parameters * nbytes, rel=0.01)
+    if sizing.tp == 1:
+        assert sizing.per_core["weights"] == pytest.approx(parameters * nbytes, rel=0.01)
+
+
+@pytest.mark.parametrize("name", sorted(CHECKPOINTS))
+def test_the_degree_is_the_smallest_that_fits(checks, name):
+    sizing = checks[name].sizing
+    expected = CHECKPOINTS[name][2]
+    assert sizing.tp == expected
+    totals = sizing.totals
+    assert list(totals) == sizing.degrees_tried[:len(totals)]
+    for tp, total in totals.items():
+        if tp == expected:
+            assert total <= sizing.device_bytes
+        else:  # every smaller degree tried was too big
+            assert total > sizing.device_bytes
+    if expected is None:
+        assert sizing.instances == [] and sizing.limit
+
+
+def test_degrees_are_those_the_heads_divide(checks):
+    assert checks["qwen2.5-0.5b"].sizing.degrees_tried == [1, 2]  # 14 query, 2 key/value heads
+    assert checks["llama-3.1-405b"].sizing.degrees_tried == [1, 2, 4, 8]
+    assert "num_key_value_heads=8 does not divide by 16" in checks["llama-3.1-405b"].sizing.limit
+
+
+def test_instances_that_hold_the_plan(checks):
+    assert checks["llama-3.1-8b"].sizing.instances == ["trn2.3xlarge", "trn2.48xlarge"]
+    trn3 = model_check.check_model(str(CONFIGS / "gemma-2-9b.json"), instance="trn3")
+    assert trn3.sizing.tp == 1 and trn3.sizing.device_bytes == 36 * GIB  # 144 GiB per chip, 4 cores
+    assert trn3.sizing.instances == [] and trn3.sizing.chips == 1  # no trn3 size is documented
+
+
+def test_verdict_comes_from_the_committed_results(checks):
+    results, path, _ = model_check.results_for_installed()
+    for name in ("llama-3.1-8b", "mamba-2.8b", "mixtral-8x7b"):
+        check = checks[name]
+        record = R.by_model_type(results)[check.model_type]
+        assert check.verdict.results_file == path.name
+        assert check.verdict.levels == {lv: record["levels"][lv] for lv in R.LEVELS}
+        assert check.verdict.status == ("passes" if R.passes_compiled(record) else "uncompiled")
+
+
+def test_an_architecture_outside_the_results_is_not_tested(checks):
+    check = checks["olmo-1b"]
+    assert check.verdict.status == "not_tested"
+    assert "hf-neuron compat --arch olmo" in check.verdict.summary
+
+
+def test_tp_plan_source_and_fixes(checks):
+    assert checks["llama-3.1-8b"].tp_plan == "transformers"
+    assert checks["mamba-2.8b"].tp_plan == "hf_neuron"
+    names = {f["name"] for f in checks["mamba-2.8b"].fixes}
+    assert {"mamba-chunk-scan-initial-state", "transformers.tp_plan.mamba", "static-cache-recurrent-only"} <= names
+    assert "static-sliding-window-cache" not in names
+    assert "static-sliding-window-cache" in {f["name"] for f in checks["gemma-2-9b"].fixes}
+    assert "mamba-chunk-scan-initial-state" not in {f["name"] for f in checks["llama-3.1-8b"].fixes}
+
+
+def test_moe_experts_outside_the_plan_are_said(checks):
+    assert any("replicated on every core" in note for note in checks["mixtral-8x7b"].sizing.notes)
+
+
+def test_sft_plans_a_training_step(checks):
+    check = model_check.check_model(str(CONFIGS / "qwen2.5-0.5b.json"), task="sft")
+    per_core = check.sizing.per_core
+    assert per_core["gradients"] == per_core["weights"] and per_core["optimizer"] == 2 * per_core["weights"]
+    assert [g["tokens"] for g in check.sizing.graphs] == list(range(128, 1025, 128))  # TRL pads to 128 on Neuron
+    assert "trl" in {f["scope"] for f in check.fixes}
+
+
+def _run(capsys, *argv):
+    status = cli.main(["check", *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_cli_prints_the_answer_and_its_exit_status(capsys):
+    status, out, err = _run(capsys, str(CONFIGS / "llama-3.1-8b.json"))
+    assert status == EXIT_STATUS["passes"] == 0
+    assert "tensor parallel 1: the smallest degree that fits" in out and "trn2.3xlarge" in out
+    assert err == ""  # nothing but the answer (no upstream warnings)
+    status, out, _ = _run(capsys, str(CONFIGS / "llama-3.1-405b.json"), "--json")
+    data = json.loads(out)
+    assert status == EXIT_STATUS["does_not_fit"] and data["outcome"] == "does_not_fit"
+    assert data["sizing"]["fits"] is False
+
+
+def test_cli_not_tested_exit_status(capsys):
+    status, out, _ = _run(capsys, str(CONFIGS / "olmo-1b.json"))
+    assert status == EXIT_STATUS["not_tested"] and "hf-neuron compat --arch olmo" in out
+
+
+def test_state_space_model_prints_no_upstream_warnings(capsys):
+    status, out, err = _run(capsys, str(CONFIGS / "mamba-2.8b.json"))
+    assert status == 0 and err == "" and "causal_conv1d" not in out
+
+
+def test_a_hub_id_in_the_local_cache(capsys, monkeypatch, tmp_path):
+    import huggingface_hub.constants as constants
+
+    snapshot = tmp_path / "models--acme--tiny-llama" / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text((CONFIGS / "qwen2.5-0.5b.json").read_text())
+    (tmp_path / "models--acme--tiny-llama" / "refs").mkdir()
+    (tmp_path / "models--acme--tiny-llama" / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    status, out, _ = _run(capsys, "acme/tiny-llama")
+    assert status == 0 and "acme/tiny-llama (local Hugging Face cache)" in out
+
+
+def _bad(tmp_path):
+    folder = tmp_path / "empty-folder"
+    folder.mkdir()
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "future.json").write_text(json.dumps({"model_type": "llama9000", "hidden_size": 8}))
+    (tmp_path / "vision.json").write_text(json.dumps({"model_type": "vit"}))
+    good = str(CONFIGS / "llama-3.1-8b.json")
+    return [
+        ([str(tmp_path / "nowhere" / "config.json")], "missing_path", "no such file or folder"),
+        ([str(folder)], "no_config", "has no config.json"),
+        (["acme/not-downloaded"], "not_in_cache", "hf download acme/not-downloaded config.json"),
+        ([str(tmp_path / "future.json")], "unknown_model_type", "'llama9000' is not known"),
+        ([good, "--instance", "trn9"], "unknown_instance", "use one of trn2, trn2u, trn3"),
+        ([str(tmp_path / "broken.json")], "bad_config", "is not a JSON config"),
+        ([str(tmp_path / "vision.json")], "not_text_generation", "no text-generation class"),
+    ]
+
+
+def test_bad_input_is_one_line_and_a_distinct_status(capsys, monkeypatch, tmp_path):
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    seen = set()
+    for argv, kind, words in _bad(tmp_path):
+        status, out, err = _run(capsys, *argv)
+        assert status == EXIT_STATUS[kind], (argv, err)
+        assert out == "" and err.count("\n") == 1 and words in err and "Traceback" not in err, err
+        seen.add(status)
+    assert len(seen) == 7 and not seen & {0, 1, 2, 3, 4, 5}
