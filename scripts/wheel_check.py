@@ -11,7 +11,9 @@ the simulator on and the user site off:
   2. user code under ``torchrun --nproc_per_node=2``: ``init_process_group("neuron")``, ``all_reduce``;
   3. ``hf-neuron tiny-model llama ./tiny``, then user code under torchrun that shards it over the two
      processes and generates greedily: tokens equal to the same generation on CPU;
-  4. ``hf-neuron compat --quick`` with its default output: a results file in the current folder.
+  4. ``hf-neuron check ./tiny`` (the verdict read from the results shipped in the wheel, exit status 0)
+     and ``hf-neuron compat report --html site`` (the page, from the same results);
+  5. ``hf-neuron compat --quick`` with its default output: a results file in the current folder.
 
     python scripts/wheel_check.py            # build, install, run
     python scripts/wheel_check.py --keep     # keep the folder the steps ran in (its path is printed)
@@ -199,6 +201,12 @@ def user_steps(folder: Path, venv_dir: Path) -> list[tuple[str, Callable]]:
         (folder / "generate_tp.py").write_text(GENERATE_TP)
         run([*torchrun, "generate_tp.py", "./tiny"], log, timeout, cwd=folder, env=env)
 
+    def check_and_report(log, env, timeout):
+        run([str(bin_dir / "hf-neuron"), "check", "./tiny"], log, timeout, cwd=folder, env=env)
+        run([str(bin_dir / "hf-neuron"), "compat", "report", "--html", "site"], log, timeout, cwd=folder, env=env)
+        if "llama" not in (folder / "site" / "index.html").read_text():
+            raise StepFailed("site/index.html has no llama row")
+
     def compat(log, env, timeout):
         before = set(folder.iterdir())
         run([str(bin_dir / "hf-neuron"), "compat", "--quick", "--no-progress"], log, timeout, cwd=folder, env=env)
@@ -211,6 +219,7 @@ def user_steps(folder: Path, venv_dir: Path) -> list[tuple[str, Callable]]:
         ("hf-neuron demo", demo),
         ("torchrun x2: init_process_group('neuron'), all_reduce", allreduce),
         ("torchrun x2: tiny llama, TP=2 greedy tokens == CPU", generate_tp),
+        ("hf-neuron check ./tiny, compat report --html site", check_and_report),
         ("hf-neuron compat --quick (results in the current folder)", compat),
     ]
 

@@ -55,6 +55,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hf_neuron.commands.output import upstream_warnings_silenced
     from hf_neuron.transformers.model_check import DEFAULT_SFT_MAX_LENGTH, CheckError, check_model
 
     for name in ("batch_size", "max_cache_len", "max_length"):
@@ -64,8 +65,10 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
     try:
-        result = check_model(args.model, args.task, args.instance, dtype=args.dtype, batch_size=args.batch_size,
-                             max_cache_len=args.max_cache_len, max_length=args.max_length or DEFAULT_SFT_MAX_LENGTH)
+        with upstream_warnings_silenced():  # sizing builds and traces models whose code logs for their users
+            result = check_model(args.model, args.task, args.instance, dtype=args.dtype, batch_size=args.batch_size,
+                                 max_cache_len=args.max_cache_len,
+                                 max_length=args.max_length or DEFAULT_SFT_MAX_LENGTH)
     except CheckError as exc:
         print(f"hf-neuron check: error: {exc}", file=sys.stderr)
         return EXIT_STATUS.get(exc.kind, 2)

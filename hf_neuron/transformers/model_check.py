@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from hf_neuron import instances
-from hf_neuron.commands.output import upstream_warnings_silenced
 from hf_neuron.compat import results as R
 
 #: Compatibility levels each task needs: load, forward = CPU, then compiled generation or training.
@@ -436,7 +435,7 @@ def check_model(source: str, task: str = "generate", instance: str = "trn2", *, 
 
     # The same answer with or without a neuron device in this process: sizes and traces are upstream's
     # (the compatibility results say what hf_neuron's fixes change), and nothing is decided here.
-    with upstream_warnings_silenced(), upstream_behaviour(*(f.name for f in registered_fixes())):
+    with upstream_behaviour(*(f.name for f in registered_fixes())):
         config, where = resolve_config(source)
         model_class(config)
         found = verdict(config.model_type, task)

@@ -4,6 +4,7 @@ tensor-parallel degree that fits, the weights, the instance sizes, and one clear
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ GIB = 1 << 30
 # Published parameter counts (model cards / safetensors index of each checkpoint) and the dtype of its
 # config, the smallest TP degree at which generation fits a trn2 NeuronCore (24 GiB at LNC=2), and why
 # a checkpoint fits no degree (None: it fits).
+# A mixture of experts fits with tensor parallelism only where the installed release's plan shards its
+# experts (Transformers 5.23's plans do, 5.25's do not): "moe" rows expect a fit exactly then.
 CHECKPOINTS = {
     # name: (parameters, bytes per parameter, TP for generation on trn2, family)
     "qwen2.5-0.5b": (494_032_768, 2, 1, "dense"),
@@ -27,10 +30,10 @@ CHECKPOINTS = {
     "mamba-2.8b": (2_768_345_600, 4, 1, "state space"),
     "olmo-1b": (1_176_764_416, 4, 1, "dense, not in the results"),
     "llama-3.1-405b": (405_853_388_800, 2, None, "dense, 8 kv heads"),
-    "mixtral-8x7b": (46_702_792_704, 2, None, "MoE, experts outside the TP plan"),
-    "qwen3-30b-a3b": (30_532_122_624, 2, None, "MoE"),
-    "deepseek-v3": (671_026_419_200, 2, None, "MoE, latent attention"),
-    "jamba-v0.1": (51_570_919_424, 2, None, "hybrid mamba/attention MoE"),
+    "mixtral-8x7b": (46_702_792_704, 2, "moe", "MoE, experts outside the TP plan"),
+    "qwen3-30b-a3b": (30_532_122_624, 2, "moe", "MoE"),
+    "deepseek-v3": (671_026_419_200, 2, None, "MoE, latent attention: over 24 GiB per core at TP=64 either way"),
+    "jamba-v0.1": (51_570_919_424, 2, "moe", "hybrid mamba/attention MoE"),
 }
 
 
@@ -49,10 +52,20 @@ def test_weights_are_the_parameter_count_times_the_dtype_size(checks, name):
         assert sizing.per_core["weights"] == pytest.approx(parameters * nbytes, rel=0.01)
 
 
+def experts_in_plan(config) -> bool:
+    """Whether Transformers' tensor-parallel plan for ``config`` shards routed experts."""
+    plan = type(config.get_text_config(decoder=True)).base_model_tp_plan or {}
+    return any(re.search(r"(^|\.)experts(\.|$)", key) for key in plan)
+
+
 @pytest.mark.parametrize("name", sorted(CHECKPOINTS))
 def test_the_degree_is_the_smallest_that_fits(checks, name):
     sizing = checks[name].sizing
     expected = CHECKPOINTS[name][2]
+    if expected == "moe":
+        config = model_check.resolve_config(str(CONFIGS / f"{name}.json"))[0]
+        assert (sizing.tp is not None) == experts_in_plan(config), sizing
+        expected = sizing.tp
     assert sizing.tp == expected
     totals = sizing.totals
     assert list(totals) == sizing.degrees_tried[:len(totals)]
@@ -105,10 +118,12 @@ def test_tp_plan_source_and_fixes(checks):
 
 
 def test_moe_experts_outside_the_plan_are_said(checks):
-    assert any("replicated on every core" in note for note in checks["mixtral-8x7b"].sizing.notes)
+    config = model_check.resolve_config(str(CONFIGS / "mixtral-8x7b.json"))[0]
+    said = any("replicated on every core" in note for note in checks["mixtral-8x7b"].sizing.notes)
+    assert said == (not experts_in_plan(config))
 
 
-def test_sft_plans_a_training_step(checks):
+def test_sft_plans_a_training_step():
     check = model_check.check_model(str(CONFIGS / "qwen2.5-0.5b.json"), task="sft")
     per_core = check.sizing.per_core
     assert per_core["gradients"] == per_core["weights"] and per_core["optimizer"] == 2 * per_core["weights"]
@@ -139,8 +154,11 @@ def test_cli_not_tested_exit_status(capsys):
 
 
 def test_state_space_model_prints_no_upstream_warnings(capsys):
+    results, _, _ = model_check.results_for_installed()
+    compiled = R.passes_compiled(R.by_model_type(results)["mamba"])  # Mamba ran eagerly on 5.23
     status, out, err = _run(capsys, str(CONFIGS / "mamba-2.8b.json"))
-    assert status == 0 and err == "" and "causal_conv1d" not in out
+    assert status == EXIT_STATUS["passes" if compiled else "uncompiled"]
+    assert err == "" and "causal_conv1d" not in out
 
 
 def test_a_hub_id_in_the_local_cache(capsys, monkeypatch, tmp_path):
