@@ -390,6 +390,13 @@ def _select_layers(d: dict, n_layers: int, target: int | None = None) -> tuple[l
     return chosen, rewritten
 
 
+def layer_count(config) -> int | None:
+    """The number of layers of ``config``'s own level (None when it names none)."""
+    d = config.to_dict()
+    name = _layer_count_name(d)
+    return d[name] if name else None
+
+
 def fewer_layers(config):
     """``(config with the fewest layers that keep every distinct kind of layer, layers kept)`` at full
     width, or ``(config, its layer count)`` when it cannot be cut (a nested text config, a per-layer

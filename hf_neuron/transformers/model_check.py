@@ -300,7 +300,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
     """
     import torch
 
-    from hf_neuron.tiny_models.configs import fewer_layers
+    from hf_neuron.tiny_models.configs import fewer_layers, layer_count
     from hf_neuron.transformers import plan as P
     from hf_neuron.transformers.generation.defaults import DEFAULT_MAX_CACHE_LEN, resolve_prefill_buckets
 
@@ -316,7 +316,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
         plan_keys = {prefix + key: style for key, style in our_plan.items()}
     per_device = P.device_bytes(family, lnc)
     reduced, kept = fewer_layers(config)
-    layers = _layer_count(config)
+    layers = layer_count(config)
     notes = []
     if task == "generate":
         cache_len = int(max_cache_len or DEFAULT_MAX_CACHE_LEN)
@@ -346,7 +346,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
         traced = P.plan_training(reduced, max_length, batch_size, dtype=torch_dtype, step_graphs=step_graphs or 1)
         activations = _scaled_training_activations(traced.memory.activations, kept, layers)
         graphs = [dataclasses.asdict(g) for g in traced.graphs]
-        compiled, graph_count, kv = True, traced.graph_count, 0
+        compiled, graph_count = True, traced.graph_count
         fixed = {"activations": activations}
         if step_graphs is None:
             notes.append("graphs per training step not recorded for this architecture: 1 assumed")
@@ -364,7 +364,8 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
         if per_core["total"] <= per_device:
             chosen = tp
             break
-    sizing = Sizing(chosen, str(torch_dtype).removeprefix("torch."), parameters, P.weight_bytes(model, 1), per_core,
+    whole = P.weight_bytes(model, 1)
+    sizing = Sizing(chosen, str(torch_dtype).removeprefix("torch."), parameters, whole, per_core,
                     per_device, graphs, graph_count, compiled, degrees, limit,
                     traced_layers=kept if kept != layers else None, notes=notes, totals=totals)
     if chosen is not None:
@@ -375,7 +376,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
                             f"of the model; layers of one kind repeat the same graph and transient memory)")
     largest = chosen or (degrees[-1] if degrees else 1)
     if largest > 1:
-        whole, split = P.weight_bytes(model, 1), P.weight_bytes(model, largest, plan_keys)
+        split = P.weight_bytes(model, largest, plan_keys)
         replicated = (split - whole / largest) / (whole - whole / largest)
         if replicated > 0.2:
             sizing.notes.append(f"{replicated:.0%} of the weights are outside the tensor-parallel plan ({source}'s) and "
@@ -384,13 +385,6 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
             sizing.notes.append("activations are those of one unsharded rank (an upper bound under tensor "
                                 "parallelism)")
     return sizing
-
-
-def _layer_count(config) -> int | None:
-    from hf_neuron.tiny_models.configs import LAYER_COUNT_NAMES
-
-    d = config.to_dict()
-    return next((d[n] for n in LAYER_COUNT_NAMES if isinstance(d.get(n), int) and not isinstance(d.get(n), bool)), None)
 
 
 def _scaled_training_activations(traced: int, kept: int | None, layers: int | None) -> int:
