@@ -243,7 +243,12 @@ def _print_summary(results: dict, output: Path) -> None:
     for lv in R.LEVELS:
         c = s["per_level"][lv]
         print(f"  {lv}: pass {c['pass']:3d}  fail {c['fail']:3d}  skip {c['skip']:3d}")
-    if s["all_tested"] != s["ranked_tested"]:
+    every = R.summarize_all_types(results)
+    if every:
+        print(f"every causal-LM type: {every['compiled']} of {every['types']} ({every['percent']}%) pass L1-L3 "
+              f"compiled, {every['uncompiled']} more uncompiled, {every['l1_l4']} pass L1-L4, L5 "
+              f"{every['l5_pass']} of {every['l5_tested']} ({every['tested']} types recorded)")
+    elif s["all_tested"] != s["ranked_tested"]:
         print(f"all recorded: {s['all_headline']} of {s['all_tested']} pass L1-L3 compiled")
 
 
@@ -290,7 +295,7 @@ def handler(args) -> int:
         config = RunConfig(specs=specs, device=args.device, levels=levels, output=args.output, jobs=args.jobs,
                            timeout=args.timeout, resume=args.resume, rerun_failed=args.rerun_failed,
                            progress=not args.no_progress and sys.stderr.isatty(),
-                           keep_workdir=args.keep_workdir)
+                           keep_workdir=args.keep_workdir, all_types=args.all)
         runner = Runner(config)
     except (ValueError, FileNotFoundError, FatalRunError) as exc:
         print(f"hf-neuron compat: error: {exc}", file=sys.stderr)

@@ -201,30 +201,59 @@ def render_section(results: dict, chart_name: str | None, ranking=None, results_
         notes.append("Generation compiled more than 2 graphs (a finding, see issue tracker): " + ", ".join(over2) + ".")
     out += [f"- {n}" for n in notes] + [""]
     if eager:
-        out += ["#### Runs, uncompiled: why generate compiled nothing", "", "| model_type | reason |", "|---|---|"]
-        out += [f"| `{r['model_type']}` | {_cell(r['details'].get('L3', {}).get('eager_reason') or 'not recorded')} |"
-                for r in eager]
-        out.append("")
+        out += _eager_table("#### Runs, uncompiled: why generate compiled nothing", eager)
     out += _level_table(summary) + [""]
     if chart_name:
         out += [f"![coverage by level]({chart_name})", ""]
-    groups = grouped_failures(ranked)
-    if groups:
-        out += ["#### Failure reasons in the top-100, grouped", "",
-                "| Count | First failing level: reason | Architectures |", "|---:|---|---|"]
-        for key, names in groups:
-            out.append(f"| {len(names)} | {_cell(key)} | {', '.join('`' + n + '`' for n in names)} |")
-        out.append("")
+    out += _grouped_failure_table("#### Failure reasons in the top-100, grouped", ranked)
     out += ["#### Per architecture (top-100)", "",
             "✓ pass, ✗ fail, – skip (reason in the results file); L3 \"✓ eager\": tokens equal CPU but generate "
             "compiled nothing. Graphs: graphs compiled by the "
             "\"neuron\" backend in L3 (generate) and L4 (compiled training step).", ""]
     out += _arch_table(ranked, ranked=True) + [""]
     if unranked:
-        out += [f"#### Outside the top-100 (`--all`): {summary['all_headline'] - summary['headline']} of "
-                f"{len(unranked)} pass L1-L3", ""]
-        out += _arch_table(unranked, ranked=False) + [""]
+        out += _all_types_section(results, unranked, summary)
     return "\n".join(out)
+
+
+def _eager_table(title: str, records: list[dict]) -> list[str]:
+    """Why generate compiled nothing, one row per record that runs uncompiled."""
+    rows = [f"| `{r['model_type']}` | {_cell(r['details'].get('L3', {}).get('eager_reason') or 'not recorded')} |"
+            for r in records]
+    return [title, "", "| model_type | reason |", "|---|---|", *rows, ""]
+
+
+def _grouped_failure_table(title: str, records: list[dict]) -> list[str]:
+    """The first failing level's reasons of ``records``, grouped (nothing when none fails)."""
+    groups = grouped_failures(records)
+    if not groups:
+        return []
+    rows = [f"| {len(names)} | {_cell(key)} | {', '.join('`' + n + '`' for n in names)} |" for key, names in groups]
+    return [title, "", "| Count | First failing level: reason | Architectures |", "|---:|---|---|", *rows, ""]
+
+
+def _all_types_section(results: dict, unranked: list[dict], summary: dict) -> list[str]:
+    """The architectures outside the top-100 and, for a ``--all`` sweep, the all-types headline."""
+    every = R.summarize_all_types(results)
+    out = []
+    if every:
+        out += [f"#### Every causal-LM model_type of transformers {results['transformers_version']} (`--all`)", "",
+                f"**{every['compiled']} of the {every['types']} causal-LM `model_type`s ({every['percent']}%) run on "
+                f"Neuron, compiled** (L1-L3, the same levels as the top-100); {every['uncompiled']} more run "
+                f"uncompiled; {every['l1_l4']} also pass L4 (compiled training step); L5 (TP=2) passes for "
+                f"{every['l5_pass']} of the {every['l5_tested']} with a TP plan. The denominator is Transformers' "
+                "causal-LM mapping (`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`), ranked or not; the top-100's "
+                "multimodal-only and remote-code entries are not in it.", ""]
+        if every["tested"] < every["types"]:
+            out += [f"{every['types'] - every['tested']} types of the mapping have no record and count as not "
+                    "running.", ""]
+    eager = [r for r in unranked if R.passes_uncompiled(r)]
+    if eager:
+        out += _eager_table("#### Outside the top-100, runs uncompiled: why generate compiled nothing", eager)
+    out += _grouped_failure_table("#### Failure reasons outside the top-100, grouped", unranked)
+    out += [f"#### Per architecture, outside the top-100: {summary['all_headline'] - summary['headline']} of "
+            f"{len(unranked)} pass L1-L3 compiled", ""]
+    return out + _arch_table(unranked, ranked=False) + [""]
 
 
 def write_chart(results: dict, path: Path, ranking=None) -> Path:
@@ -303,6 +332,16 @@ def render_headline(files: list[Path]) -> str:
                      f"{h['l1_l4']} | {h['l5_pass']} of {h['l5_tested']} |")
     lines += ["", f"Of the top 100, on the same denominator: TorchNeuron's announcement claims {TORCHNEURON_CLAIM}% run "
               f"natively and {OPTIMUM_NEURON_CLAIM}% for optimum-neuron 0.4.5 (method unpublished)."]
+    every = [(results, R.summarize_all_types(results)) for results in map(R.load, files)]
+    every = [(results, counts) for results, counts in every if counts]
+    if every:
+        lines += ["", "Beyond the top 100, every causal-LM `model_type` of the release (`hf-neuron compat --all`):", "",
+                  "| transformers, device | causal-LM types | L1-L3 compiled | runs, uncompiled | L1-L4 | "
+                  "L5 TP=2 (of those with a TP plan) |", "|---|---:|---:|---:|---:|---:|"]
+        for results, a in every:
+            device = DEVICE_TITLES.get(results["device_kind"], results["device_kind"])
+            lines.append(f"| {results['transformers_version']}, {device} | {a['types']} | {a['compiled']} "
+                         f"({a['percent']}%) | {a['uncompiled']} | {a['l1_l4']} | {a['l5_pass']} of {a['l5_tested']} |")
     return "\n".join(lines)
 
 

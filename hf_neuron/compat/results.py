@@ -16,6 +16,9 @@ Schema (``SCHEMA_VERSION`` 1)::
          "skip_reasons": {"L<n>": str, ...},
          "details": {"L<n>": {...}, ...}}]}
 
+A ``--all`` sweep also records ``"causal_lm_types": [str, ...]``, every ``model_type`` of the installed
+Transformers' causal-LM mapping: the denominator of the all-types headline (:func:`summarize_all_types`).
+
 ``failure`` is the first failing level (the one that decides the headline); ``failures`` holds every
 failing level's reason. ``details["L3"]["path"]`` is ``"compiled"`` or ``"eager"`` (generate compiled
 no graph; ``eager_reason`` says why). Only compiled L3 passes count in the headline; eager ones are
@@ -205,6 +208,9 @@ def validate(results: dict) -> list[str]:
                      ("generated_at", str), ("architectures", list)):
         if not isinstance(results.get(key), typ):
             errors.append(f"{key} missing or not a {typ.__name__}")
+    types = results.get("causal_lm_types")
+    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+        errors.append("causal_lm_types must be a list of model_type names")
     for rec in results.get("architectures") or []:
         if not isinstance(rec, dict):
             errors.append("an architecture is not an object")
@@ -253,4 +259,30 @@ def summarize(results: dict) -> dict:
         "cumulative": cumulative,
         "all_tested": len(results["architectures"]),
         "all_headline": sum(passes_compiled(r) for r in results["architectures"]),
+    }
+
+
+def summarize_all_types(results: dict) -> dict | None:
+    """The all-types headline of a ``--all`` sweep, None for a file without one.
+
+    The denominator is the recorded ``causal_lm_types`` (the causal-LM mapping of the release the
+    sweep ran on), ranked or not; a type of the mapping without a record counts as not running.
+    Multimodal-only and remote-code entries of the ranked list are not in the mapping and not counted.
+    """
+    types = results.get("causal_lm_types")
+    if not types:
+        return None
+    records = [r for r in results["architectures"] if r["model_type"] in set(types)]
+    l5_tested = [r for r in records if r["levels"].get("L5") in ("pass", "fail")]
+    compiled = sum(passes_compiled(r) for r in records)
+    return {
+        "types": len(types),
+        "tested": len(records),
+        "compiled": compiled,
+        "percent": round(100 * compiled / len(types), 1),
+        "uncompiled": sum(passes(r) for r in records if passes_uncompiled(r)),
+        "l1_l4": sum(passes_compiled(r, LEVELS[:4]) for r in records),
+        "l5_pass": sum(r["levels"]["L5"] == "pass" for r in l5_tested),
+        "l5_tested": len(l5_tested),
+        "failing": sorted(r["model_type"] for r in records if not passes(r)),
     }

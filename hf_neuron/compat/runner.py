@@ -49,6 +49,7 @@ class RunConfig:
     progress: bool = True
     keep_workdir: bool = False
     tp_size: int = 2
+    all_types: bool = False  # a --all sweep: record the causal-LM mapping as the all-types denominator
 
 
 # ---- environment ---------------------------------------------------------------------------------
@@ -167,6 +168,10 @@ class Runner:
             results = existing
         else:
             results = R.new_results(tv, torch_v, self.device_kind)
+        if self.config.all_types:
+            from hf_neuron.compat.archs import causal_lm_model_types
+
+            results["causal_lm_types"] = sorted(causal_lm_model_types())
         if "L3" in self.config.levels:
             from hf_neuron.compat.levels import L3_CHECK
 
@@ -482,6 +487,8 @@ class Runner:
         main, only_l5, done = self.plan()
         if done:
             self.log(f"hf-neuron compat: {done} architecture(s) already recorded in {self.output}, skipped")
+        if cfg.all_types:  # the denominator is recorded even when every type was recorded before
+            R.write_atomic(self.output, self.results)
         self.workdir = Path(tempfile.mkdtemp(prefix="hf-neuron-compat-"))
         try:
             self.run_phase1(main)

@@ -102,3 +102,56 @@ def test_a_block_under_an_older_marker_is_found_and_gets_the_current_marker(tmp_
     text = readme.read_text()
     assert old not in text and text.count(report.HEADLINE_BEGIN) == 1 and text.count(report.END) == 1
     assert "old" not in text and text.startswith("intro\n") and text.endswith("rest\n")
+
+
+def _all_types_results():
+    """The top-100 file above plus two types outside it, one compiled and one failing L3, from a ``--all``
+    sweep whose release has four causal-LM types (two ranked, two not)."""
+    results = _results()
+    for name, l3 in (("zz_compiled", "pass"), ("zz_failing", "fail")):
+        rec = R.new_record(_unranked_spec(name))
+        R.set_level(rec, "L1", "pass")
+        R.set_level(rec, "L2", "pass")
+        if l3 == "pass":
+            R.set_level(rec, "L3", "pass", details={"path": "compiled"})
+            R.set_level(rec, "L4", "pass")
+            R.set_level(rec, "L5", "skip", reason="no TP plan")
+        else:
+            R.set_level(rec, "L3", "fail", reason="greedy tokens differ from CPU eager", op="generate")
+        R.upsert(results, rec)
+    results["causal_lm_types"] = ["glm", "deepseek_v4", "zz_compiled", "zz_failing"]
+    return results
+
+
+def _unranked_spec(name):
+    from hf_neuron.compat.archs import ArchSpec
+
+    return ArchSpec(model_type=name)
+
+
+def test_an_all_types_sweep_has_its_own_headline_beside_the_top_100(tmp_path):
+    results = _all_types_results()
+    counts = R.summarize_all_types(results)
+    # glm and zz_compiled compiled; deepseek_v4 (rank 10) and zz_failing fail L3.
+    assert (counts["types"], counts["compiled"], counts["percent"]) == (4, 2, 50.0)
+    assert (counts["l1_l4"], counts["l5_pass"], counts["l5_tested"]) == (2, 1, 1)
+    assert counts["failing"] == ["deepseek_v4", "zz_failing"]
+    assert R.summarize(results)["headline"] == 87  # the top-100 headline is unchanged
+    assert R.validate(results) == []
+    path = tmp_path / "5.25.0-simulated.json"
+    R.write_atomic(path, results)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{report.BEGIN}\n{report.END}\n")
+    report.update_readme(readme, [path], charts=False)
+    text = readme.read_text()
+    assert "**2 of the 4 causal-LM `model_type`s (50.0%) run on Neuron, compiled**" in text
+    assert "| 1 | L3: greedy tokens differ from CPU eager | `zz_failing` |" in text
+    assert "| `zz_compiled` | ✓ | ✓ | ✓ | ✓ | – |" in text
+    project = tmp_path / "PROJECT.md"
+    project.write_text(f"{report.HEADLINE_BEGIN}\n{report.END}\n")
+    report.update_headline(project, [path])
+    assert "| 5.23.0, simulated Neuron device | 4 | 2 (50.0%) | 0 | 2 | 1 of 1 |" in project.read_text()
+    # A file without the sweep's denominator has no all-types headline.
+    del results["causal_lm_types"]
+    assert R.summarize_all_types(results) is None
+    assert R.validate({**results, "causal_lm_types": "all"}) == ["causal_lm_types must be a list of model_type names"]

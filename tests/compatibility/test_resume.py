@@ -76,3 +76,28 @@ def test_results_of_another_configuration_are_not_overwritten(test_archs, tmp_pa
     assert run_compat("--arch", "_test_pass_a", "--levels", "L1", "--resume", "--output", out) == 2
     assert "transformers 0.0.1" in capsys.readouterr().err
     assert out.read_text() == before
+
+
+def test_an_all_sweep_records_the_causal_lm_mapping_as_its_denominator(tmp_path, monkeypatch):
+    """``--all`` records Transformers' causal-LM mapping in the results file (the all-types headline's
+    denominator), even when every type was recorded before and nothing runs."""
+    from hf_neuron.compat import archs
+    from hf_neuron.compat import results as R
+
+    out = tmp_path / "r.json"
+    results = R.new_results(*_versions(), "cpu")
+    for spec in archs.select(all_archs=True):
+        rec = R.new_record(spec)
+        R.set_level(rec, "L1", "pass")
+        R.upsert(results, rec)
+    R.write_atomic(out, results)
+    assert run_compat("--all", "--resume", "--levels", "L1", "--output", out) == 0
+    written = load(out)
+    assert written["causal_lm_types"] == sorted(archs.causal_lm_model_types())
+    assert R.summarize_all_types(written)["types"] == len(archs.causal_lm_model_types())
+
+
+def _versions():
+    import importlib.metadata
+
+    return importlib.metadata.version("transformers"), importlib.metadata.version("torch")
