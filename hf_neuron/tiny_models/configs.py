@@ -145,7 +145,7 @@ for _name in ("hidden_size", "d_model", "n_embd", "emb_dim", "word_embed_proj_di
     SIZE_RULES[_name] = _positive_to(HIDDEN)
 for _name in ("intermediate_size", "ffn_dim", "decoder_ffn_dim", "encoder_ffn_dim", "n_inner", "dff",
               "ffn_hidden_size", "d_inner", "intermediate_size_mlp", "dense_intermediate_size",
-              "feed_forward_size", "mlp_dim", "dim_ff", "encoder_intermediate_size"):
+              "feed_forward_size", "mlp_dim", "dim_ff", "encoder_intermediate_size", "mlp_only_intermediate_size"):
     SIZE_RULES[_name] = _positive_to(INTERMEDIATE)
 for _name in ("moe_intermediate_size", "expert_ffn_hidden_size", "shared_expert_intermediate_size",
               "shared_intermediate_size", "shared_experts_intermediate_size",
@@ -282,18 +282,31 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba": {"num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid", "hybrid"]},
     # Sliding layers use head_dim = per-layer qk_nope (scaled to 24) + qk_rope (8).
     "dots3_note_text": {"head_dim": 32},
-    # Reformer's causal LM must be a decoder; axial position shapes multiply to the positions and
-    # their dims add up to the hidden size.
-    "reformer": {"is_decoder": True, "axial_pos_shape": [32, 64], "axial_pos_embds_dim": [32, 32]},
+    # Reformer's axial position shapes multiply to the positions and their dims add up to the hidden size.
+    "reformer": {"axial_pos_shape": [32, 64], "axial_pos_embds_dim": [32, 32]},
     # DbrxAttention reads attn_config.rope_theta, which only checkpoints' configs carry.
     "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
     # mLSTM rounds qk_dim up to a multiple of 64: keep qk and v head dims equal at hidden 64.
     "xlstm": {"num_heads": HEADS, "qk_dim_factor": 1.0},
     # Audio-token decoders read (batch * codebooks, seq) ids: one codebook makes text-shaped ids valid.
-    "musicgen_decoder": {"num_codebooks": 1},
-    "musicgen_melody_decoder": {"num_codebooks": 1},
+    # Their generate starts every codebook from decoder_start_token_id, which released generation configs
+    # set to the bos (and pad) token, one past the codebook entries (2048 for facebook/musicgen-small).
+    "musicgen_decoder": {"num_codebooks": 1, "decoder_start_token_id": tok.BOS_TOKEN_ID},
+    "musicgen_melody_decoder": {"num_codebooks": 1, "decoder_start_token_id": tok.BOS_TOKEN_ID},
     # X-MOD picks a language adapter; without a default language it refuses to run.
     "xmod": {"default_language": "en_XX"},
+    # Kolibri 1.1 scores keys with the query heads of key head 0 (index_num_heads, all 12 of them in the
+    # release), which the generic head count leaves at 2. Its per-layer key/value sources are layer indices
+    # (not kinds): give the release's kinds in 4 layers, a dense-MLP sliding layer, an indexer whose keys
+    # and values a later indexed layer reuses, a mixture-of-experts sliding layer and that reindexer.
+    "kolibri1_1": {"num_hidden_layers": 4, "index_num_heads": HEADS // KV_HEADS,
+                   "layer_types": ["sliding_attention", "indexed_attention", "sliding_attention", "indexed_attention"],
+                   "index_layers": [1], "kv_source_layers": [0, 1, 2, 1], "mlp_only_layers": [0]},
+    # Dory's to_dict() doubles its layer counts (released configs list attention and mlp as separate
+    # blocks), which the generic shrink cannot cut in step: give the internal (halved) form, with an
+    # input, a recurrent and an output section, the recurrent one holding both attention kinds.
+    "dory": {"num_hidden_layers": 4, "n_input_layers": 1, "n_recurrent_layers": 2, "n_output_layers": 1,
+             "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "full_attention"]},
 }
 
 
@@ -535,6 +548,15 @@ def _shrink_level(config_cls, defaults, vocab_size: int, overrides: dict, nested
 
     if isinstance(d.get("vocab_size"), int) and d["vocab_size"] > 0:
         fixed["vocab_size"] = vocab_size
+        # A head narrower than the (padded) embedding table (Inkling2's unpadded_vocab_size) stays within it:
+        # loading unpads the checkpoint's head rows to it.
+        if isinstance(d.get("unpadded_vocab_size"), int) and d["unpadded_vocab_size"] > vocab_size:
+            fixed["unpadded_vocab_size"] = vocab_size
+    # The factory builds causal LMs: a config that says whether its model is a decoder (the BERT family,
+    # Reformer) must say so, or the LM head runs a bidirectional encoder that upstream warns about and
+    # that keeps no cache ("add `is_decoder=True`"), as a user generating with it sets.
+    if not nested and d.get("is_decoder") is False:
+        fixed["is_decoder"] = True
     # Special token ids point into the tiny vocabulary.
     for key, value in (("pad_token_id", tok.PAD_TOKEN_ID), ("bos_token_id", tok.BOS_TOKEN_ID),
                        ("eos_token_id", tok.EOS_TOKEN_ID)):

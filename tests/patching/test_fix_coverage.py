@@ -72,6 +72,17 @@ COVERAGE = {
         "transformers/models/test_recurrent_gemma.py::test_the_chunk_fix_alone_gives_one_pass_logits",
     "recurrent-gemma-output-cache":
         "transformers/models/test_recurrent_gemma.py::test_without_the_output_fix_the_chunked_prefill_fails",
+    "big-bird-decoder-full-attention-before-generate":
+        "transformers/models/test_big_bird.py::test_a_block_sparse_decoder_generates_compiled_with_the_cpu_tokens",
+    "rwkv-generation-state-cache":
+        "transformers/models/test_rwkv.py::test_generate_compiles_two_graphs_with_the_cpu_tokens",
+    "rwkv-one-token-batch-rows": "transformers/models/test_rwkv.py::test_one_token_steps_keep_the_rows_of_a_batch_apart",
+    "trocr-positions-from-cache-length":
+        "transformers/models/test_cache_length_positions.py::test_generation_compiles_two_graphs_with_the_cpu_tokens",
+    "mvp-positions-from-cache-length":
+        "transformers/models/test_cache_length_positions.py::test_generation_compiles_two_graphs_with_the_cpu_tokens",
+    "roformer-positions-from-cache-length":
+        "transformers/models/test_cache_length_positions.py::test_generation_compiles_two_graphs_with_the_cpu_tokens",
     "tp-embedding-postprocessed-replicated":
         "transformers/tensor_parallel/test_embeddings.py::test_muse_glimmer_tp2_equals_one_device_only_with_the_fix",
     "tp-all-reduce-local-params":
@@ -81,6 +92,12 @@ COVERAGE = {
         "transformers/tensor_parallel/test_fused_tensors.py::test_hrm_tp2_equals_one_device_only_with_the_fix",
     "deepseek-v4-indexer-without-gradients":
         "transformers/models/test_deepseek_v4.py::test_deepseek_v4s_indexer_records_nothing_for_autograd",
+    "deepseek-v4-static-compressed-cache":
+        "transformers/models/test_deepseek_v4.py::test_the_static_cache_computes_the_dynamic_caches_logits",
+    "deepseek-v4-compressed-decode-causal":
+        "transformers/models/test_deepseek_v4.py::test_a_padded_row_sees_the_same_entries_in_decode_steps_as_in_a_prefill",
+    "minimax-state-in-transformers-cache":
+        "transformers/models/test_minimax.py::test_generate_compiles_two_graphs_with_upstreams_tokens",
     "mpt-alibi-query-length": "transformers/generation/test_cache_length_reads.py::test_mpt_generates_in_two_graphs",
     "generate-cache-despite-config-use-cache-false":
         "transformers/generation/test_cache_length_reads.py::test_mpt_checkpoint_without_cache_generates_compiled",

@@ -110,6 +110,14 @@ def test_moe_and_mla_sizes_are_consistent():
     assert mla.first_k_dense_replace == 1  # layer 0 dense, layer 1 MoE
 
 
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "reformer"])
+def test_lm_heads_that_ask_whether_they_decode_are_decoders(model_type):
+    """A BERT-family LM head is causal and caches only with ``is_decoder=True`` (upstream warns "add
+    `is_decoder=True`" otherwise), as every checkpoint meant for generation sets."""
+    assert tiny_config(model_type).is_decoder is True
+    assert tiny_config(model_type, is_decoder=False).is_decoder is False  # a user's value still wins
+
+
 def test_overrides_win_and_reach_nested_configs():
     assert tiny_config("llama", num_hidden_layers=4).num_hidden_layers == 4
     assert tiny_config("gemma3", text_config={"num_hidden_layers": 3}).text_config.num_hidden_layers == 3

@@ -28,7 +28,7 @@ CHECKPOINTS = {
     "llama-3.1-8b": (8_030_261_248, 2, 1, "dense"),
     "gemma-2-9b": (9_241_705_984, 4, 2, "sliding window, float32"),
     "mamba-2.8b": (2_768_345_600, 4, 1, "state space"),
-    "olmo-1b": (1_176_764_416, 4, 1, "dense, not in the results"),
+    "olmo-1b": (1_176_764_416, 4, 1, "dense, outside the top 100"),
     "llama-3.1-405b": (405_853_388_800, 2, None, "dense, 8 kv heads"),
     "mixtral-8x7b": (46_702_792_704, 2, "moe", "MoE, experts outside the TP plan"),
     "qwen3-30b-a3b": (30_532_122_624, 2, "moe", "MoE"),
@@ -101,10 +101,24 @@ def test_verdict_comes_from_the_committed_results(checks):
         assert check.verdict.status == ("passes" if R.passes_compiled(record) else "uncompiled")
 
 
-def test_an_architecture_outside_the_results_is_not_tested(checks):
-    check = checks["olmo-1b"]
+@pytest.fixture
+def without_olmo(monkeypatch):
+    """The installed release's results without OLMo's record (an ``--all`` sweep records every causal-LM
+    type; a top-100 file has none for OLMo)."""
+    results, path, note = model_check.results_for_installed()
+    kept = {**results, "architectures": [r for r in results["architectures"] if r["model_type"] != "olmo"]}
+    monkeypatch.setattr(model_check, "results_for_installed", lambda: (kept, path, note))
+    return results
+
+
+def test_an_architecture_outside_the_results_is_not_tested(checks, without_olmo):
+    check = model_check.check_model(str(CONFIGS / "olmo-1b.json"))
     assert check.verdict.status == "not_tested"
     assert "hf-neuron compat --arch olmo" in check.verdict.summary
+    # With its record (every causal-LM type of an --all sweep), the verdict is the record's.
+    record = R.by_model_type(without_olmo).get("olmo")
+    if record is not None:
+        assert checks["olmo-1b"].verdict.levels == {lv: record["levels"][lv] for lv in R.LEVELS}
 
 
 def test_tp_plan_source_and_fixes(checks):
@@ -148,7 +162,7 @@ def test_cli_prints_the_answer_and_its_exit_status(capsys):
     assert data["sizing"]["fits"] is False
 
 
-def test_cli_not_tested_exit_status(capsys):
+def test_cli_not_tested_exit_status(capsys, without_olmo):
     status, out, _ = _run(capsys, str(CONFIGS / "olmo-1b.json"))
     assert status == EXIT_STATUS["not_tested"] and "hf-neuron compat --arch olmo" in out
 

@@ -241,7 +241,19 @@ def allocate_measured_states(cache, measured: dict[int, dict], device) -> None:
         for state_idx, (shape, dtype) in states.get("recurrent", {}).items():
             layer.lazy_initialization(recurrent_states=torch.zeros(shape, dtype=dtype, device=device),
                                       state_idx=state_idx)
+        _token_count_with_the_states(layer, device)
         mark_zero_states_as_previous(layer)
+
+
+def _token_count_with_the_states(layer, device) -> None:
+    """A linear-attention layer's token count (``cumulative_length_linear``, Transformers 5.25 and later)
+    on the device of its states. Upstream moves it there when it allocates a convolution state; a
+    layer with a recurrent state only (MiniMax's lightning attention) would keep it on the CPU, a
+    host tensor inside every compiled step."""
+    count = vars(layer).get("cumulative_length_linear")
+    if isinstance(count, torch.Tensor) and count.device != torch.device(device):
+        layer.cumulative_length_linear = count.to(device)
+        torch._dynamo.mark_static_address(layer.cumulative_length_linear)
 
 
 def mark_zero_states_as_previous(layer) -> None:

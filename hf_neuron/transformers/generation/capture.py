@@ -37,8 +37,10 @@ def chunked_prefill_cache(model, batch_size: int, max_cache_len: int, chunk: int
 
     from hf_neuron.patching import get_fix
     from hf_neuron.transformers.generation import cache_allocation
-    from hf_neuron.transformers.models import recurrent_gemma
+    from hf_neuron.transformers.models import recurrent_gemma, rwkv
 
+    if rwkv.generates_with_state_cache(model):
+        return rwkv.state_cache(model, batch_size, device)
     cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=max_cache_len)
     if get_fix(recurrent_gemma.STATES_FIX).active and recurrent_gemma.keeps_module_states(model):
         recurrent_gemma.allocate_module_states(model, batch_size)  # as generate then allocates them

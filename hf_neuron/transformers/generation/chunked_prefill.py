@@ -13,7 +13,11 @@ the gaps that make it compile more:
 - ``generate-pad-prompt-to-chunk``: a prompt that is not a multiple of the chunk size ends with a
   shorter chunk: one more graph per distinct remainder. We cut every prompt into chunks of the
   prefill buckets (:mod:`.prefill_schedule`: left padding, or an overlapping last chunk / the decode
-  graph near the cache's end).
+  graph near the cache's end). A cache whose layers say that left padding changes the model's results
+  (:data:`LEFT_PADDING_CHANGES_RESULTS`: DeepSeek V4's compressors) is never padded: its prompts run
+  as whole chunks, then decode steps. Nor is the prompt of a model whose forward takes no
+  ``position_ids`` from ``generate`` (the BART family counts positions from the cache's length, so
+  padding would shift them): an overlapping last chunk or decode steps instead.
 """
 
 from __future__ import annotations
@@ -25,7 +29,13 @@ import torch
 
 from hf_neuron.patching import fix, wrap
 from hf_neuron.transformers.generation.prefill_schedule import prefill_buckets, schedule_prefill
-from hf_neuron.transformers.generation.steps import cache_keyword, generation_cache, generation_probe, recurrent_only
+from hf_neuron.transformers.generation.steps import (
+    cache_keyword,
+    generate_passes_positions,
+    generation_cache,
+    generation_probe,
+    recurrent_only,
+)
 
 GENERATION_MODULE = "transformers.generation.utils"
 
@@ -33,6 +43,13 @@ STRIDES_FIX = "generate-prefill-chunk-strides"
 MASK_FIX = "generate-compiled-prefill-mask"
 RECURRENT_MASK_FIX = "generate-compiled-prefill-recurrent-mask"
 PAD_FIX = "generate-pad-prompt-to-chunk"
+
+#: Set (True) on a cache layer class whose model computes other results for a left-padded prompt
+#: (DeepSeek V4's compressors pool padding tokens too): its prompts are never padded to a bucket.
+LEFT_PADDING_CHANGES_RESULTS = "_hf_neuron_left_padding_changes_results"
+#: Set (True) on a cache class of recurrent layers only whose ``get_seq_length`` counts the tokens run
+#: through it (RWKV's state cache): its prefill can resume after them, as a key/value cache's does.
+COUNTS_PREFILLED_TOKENS = "_hf_neuron_counts_prefilled_tokens"
 
 
 def probe_config():
@@ -113,9 +130,10 @@ _compiled_prefill_active = False
 
 def _prefill_flagging_compiled_masks(original, self, input_ids, generation_config, model_kwargs, *args, **kwargs):
     global _compiled_prefill_active
-    compiled = generation_config.prefill_chunk_size is not None and self._valid_auto_compile_criteria(
-        model_kwargs, generation_config
-    )
+    # Chunks of one token (the decode tail of a prompt schedule) run the decode step's graph: they keep
+    # the decode step's masks, or a mask function called inside the forward guards on this flag.
+    chunk = generation_config.prefill_chunk_size
+    compiled = chunk is not None and chunk != 1 and self._valid_auto_compile_criteria(model_kwargs, generation_config)
     previous = _compiled_prefill_active
     _compiled_prefill_active = bool(compiled)
     try:
@@ -150,8 +168,9 @@ def patch_compiled_prefill_mask() -> None:
     Gap: with SDPA, the mask of a chunk whose keys need no padding mask is skipped (``is_causal``),
     on the assumption that prefill is not compiled; with ``prefill_chunk_size`` it is, so the
     ``None`` and tensor masks make two prefill graphs. Detected by asking ``sdpa_mask`` for the
-    first chunk of a static cache. Patch: while ``generate`` runs a compiled chunked prefill, the
-    registered "sdpa" mask function always materializes the mask.
+    first chunk of a static cache. Patch: while ``generate`` runs a compiled chunked prefill (in chunks
+    longer than one token: one-token chunks run the decode graph), the registered "sdpa" mask function
+    always materializes the mask.
     """
     from transformers.generation.utils import GenerationMixin
     from transformers.masking_utils import AttentionMaskInterface
@@ -263,9 +282,10 @@ def _schedule_for(self, input_ids, generation_config, model_kwargs, is_first_ite
     cache = generation_cache(model_kwargs)
     if cache is None or not getattr(cache, "is_compileable", False):
         return None
-    # A cache of recurrent layers only keeps no length: its prefill takes the prompt as new tokens in
-    # one call (as upstream's unchunked prefill does), so it cannot be resumed from a later position.
-    resumable = not recurrent_only(cache)
+    # A cache of recurrent layers only keeps no length (unless it says it counts its tokens): its
+    # prefill takes the prompt as new tokens in one call (as upstream's unchunked prefill does), so it
+    # cannot be resumed from a later position.
+    resumable = not recurrent_only(cache) or getattr(cache, COUNTS_PREFILLED_TOKENS, False)
     if resumable and int(cache.get_seq_length()) != 0:
         return None
     if not self._valid_auto_compile_criteria(model_kwargs, generation_config):
@@ -277,13 +297,25 @@ def _schedule_for(self, input_ids, generation_config, model_kwargs, is_first_ite
         length,
         buckets,
         room=None if capacity is None else capacity - new_tokens + 1,
-        can_pad=generation_config._pad_token_tensor is not None,
+        can_pad=(generation_config._pad_token_tensor is not None and not _padding_changes_results(cache)
+                 and not _padding_moves_positions(self, cache)),
         rewindable=_rewindable(cache),
         one_size=not resumable,
     )
     if schedule.decode_tail and not resumable:
         return None  # no pad token and a length no bucket divides: upstream's prefill (one more graph)
     return schedule
+
+
+def _padding_changes_results(cache) -> bool:
+    return any(getattr(layer, LEFT_PADDING_CHANGES_RESULTS, False) for layer in getattr(cache, "layers", ()))
+
+
+def _padding_moves_positions(model, cache) -> bool:
+    """Left padding would move the prompt's positions: the model's key/value layers take positions
+    that ``generate`` does not make from the attention mask (BART-family decoders count them from the
+    cache's length). Recurrent-only caches take no positions."""
+    return not recurrent_only(cache) and not generate_passes_positions(model)
 
 
 def _rewindable(cache) -> bool:
@@ -397,4 +429,5 @@ def patch_pad_prompt_to_chunk() -> None:
     wrap(PAD_FIX, GenerationMixin, "_prefill", _prefill_on_schedule)
 
 
-__all__ = ["MASK_FIX", "PAD_FIX", "RECURRENT_MASK_FIX", "STRIDES_FIX", "probe_config"]
+__all__ = ["COUNTS_PREFILLED_TOKENS", "LEFT_PADDING_CHANGES_RESULTS", "MASK_FIX", "PAD_FIX", "RECURRENT_MASK_FIX",
+           "STRIDES_FIX", "probe_config"]

@@ -163,8 +163,11 @@ def _neuron_compile_config(model, compile_config):
 def generation_compiles(model) -> tuple[bool, str | None]:
     """Whether ``generate`` compiles ``model`` on Neuron, and why not: the one decision hf_neuron's
     generation defaults, ``hf-neuron plan`` and the compatibility harness share."""
+    from hf_neuron.transformers.models.rwkv import generates_with_state_cache
+
     name = type(model).__name__
-    if not model._supports_default_dynamic_cache():
+    # Upstream names the models that keep their own state; hf_neuron gives RWKV's a static cache (models/rwkv.py).
+    if not model._supports_default_dynamic_cache() and not generates_with_state_cache(model):
         return False, (f"{name} keeps its own generation state instead of a transformers Cache (recurrent or "
                        "convolutional state), so there is no static cache to compile with")
     if getattr(model, "_can_compile_fullgraph", False):

@@ -100,11 +100,45 @@ def generation_step_inputs(model, inputs: dict, *, first: bool) -> dict:
             **{cache_keyword(): cache},
         )
         return {**inputs, "attention_mask": prepared.get("attention_mask")}
+    positions = {} if "position_ids" in inputs else generation_position_ids(model, mask)
     prepared = model.prepare_inputs_for_generation(
         inputs["input_ids"], attention_mask=mask, is_first_iteration=first, use_cache=True,
-        **{cache_keyword(): cache},
+        **{cache_keyword(): cache}, **positions,
     )
-    return {**inputs, "attention_mask": prepared.get("attention_mask", mask)}
+    steps = {"attention_mask": prepared.get("attention_mask", mask)}
+    if prepared.get("position_ids") is not None:  # some models' own input preparation drops them
+        steps["position_ids"] = prepared["position_ids"]
+    return {**inputs, **steps}
+
+
+def generation_position_ids(model, mask) -> dict:
+    """``{"position_ids": ...}`` as ``generate`` makes them from the 2D attention mask of the tokens so
+    far (a padded token's position is 0), for a decoder-only forward that takes them; else ``{}``.
+
+    ``generate`` passes them to every such forward: one that computes positions itself from the cache's
+    length (BERT's absolute position embeddings) then never reads that length as an int."""
+    if not generate_passes_positions(model):
+        return {}
+    positions = mask.long().cumsum(-1) - 1
+    return {"position_ids": positions.masked_fill(mask == 0, 0)}
+
+
+def generate_passes_positions(model) -> bool:
+    """Whether ``generate`` passes ``model``'s forward the positions it makes from the attention mask
+    (a decoder-only forward that takes ``position_ids``), which left padding does not move.
+
+    A forward that takes none computes its positions itself. The BART family's decoders (Pegasus,
+    Marian, Blenderbot, BigBird-Pegasus, Whisper's, TrOCR, MVP) and RoFormer count them from the
+    cache's length, padding included: a prompt padded further on the left gets other positions and
+    other tokens. ALiBi models (Bloom, MPT) take none either but do not depend on where the prompt
+    starts; they cannot be told apart without running them. A stand-in without a forward
+    (:func:`generation_probe`, a Llama) takes them."""
+    import inspect
+
+    forward = getattr(model, "forward", None)
+    if forward is None:
+        return True
+    return not model.config.is_encoder_decoder and "position_ids" in inspect.signature(forward).parameters
 
 
 def generation_probe(config, forward=None, **methods):
@@ -129,6 +163,6 @@ def generation_probe(config, forward=None, **methods):
 
 
 __all__ = [
-    "CACHE_KEYWORDS", "cache_keyword", "cache_parameter", "generation_cache", "generation_probe", "generation_step_inputs",
-    "generation_steps", "recurrent_only", "step_inputs",
+    "CACHE_KEYWORDS", "cache_keyword", "cache_parameter", "generate_passes_positions", "generation_cache",
+    "generation_probe", "generation_step_inputs", "generation_steps", "recurrent_only", "step_inputs",
 ]

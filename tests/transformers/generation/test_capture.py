@@ -42,6 +42,24 @@ def test_a_forward_that_traces_whole_compiles_despite_the_flag(fresh_dynamo):
     assert graphs == 2  # one prefill-chunk graph, one decode graph
 
 
+def test_a_forward_that_takes_positions_from_generate_compiles(fresh_dynamo, monkeypatch):
+    """BERT's LM head computes its absolute positions from the cache's length, an int read off a tensor,
+    unless it gets ``position_ids``, which ``generate`` passes: traced with the inputs ``generate`` gives,
+    the steps are whole graphs, and generation compiles into two."""
+    from hf_neuron.transformers.generation import capture, steps
+
+    monkeypatch.setattr(capture, "_verdicts", {})
+    device, graphs = _cpu_and_neuron_tokens("bert", (7, 20, 41))
+    assert device.config.is_decoder and type(device)._can_compile_fullgraph is False
+    assert generation_compiles(device) == (True, None)
+    assert graphs == 2
+    # Traced without the positions generate passes, the cache length is read as an int.
+    monkeypatch.setattr(capture, "_verdicts", {})
+    monkeypatch.setattr(steps, "generation_position_ids", lambda model, mask: {})
+    compiles, reason = forward_traces_whole(device)
+    assert not compiles and "prefill chunk does not trace into one graph" in reason
+
+
 def test_a_forward_that_breaks_stays_eager_with_the_reason(fresh_dynamo, monkeypatch):
     # DBRX's upstream expert loop (data-dependent shapes): with its static-dispatch fix off.
     from hf_neuron.patching import upstream_behaviour
