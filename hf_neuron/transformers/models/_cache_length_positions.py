@@ -18,11 +18,12 @@ rows of the batch are the same positions, expanded to the batch as upstream's ar
 
 from __future__ import annotations
 
+import importlib
 import inspect
 
 import torch
 
-from hf_neuron.patching import original
+from hf_neuron.patching import fix, original, wrap
 from hf_neuron.patching.tracing import traces_whole
 
 
@@ -70,4 +71,36 @@ def length_breaks_the_graph(embedding_class, inputs) -> bool:
     return not traces_whole(lambda length: forward(module, inputs, length), torch.tensor(3))
 
 
-__all__ = ["length_breaks_the_graph", "positions_from_tensor_length"]
+def declare_positions_fix(declaring_module: str, model_type: str, embedding_class_name: str, sample_input,
+                          decoder: str) -> str:
+    """Declare the fix ``<model_type>-positions-from-cache-length`` for ``embedding_class_name`` of
+    Transformers' ``modeling_<model_type>``, as the module ``declaring_module`` (``models/<model_type>.py``,
+    where ``hf-neuron env`` and the fix reference show it); returns the fix's name.
+
+    ``sample_input()`` is the embedding's first argument for the detector; ``decoder`` names the model
+    in the gap's first line."""
+    name = f"{model_type}-positions-from-cache-length"
+    upstream_module = f"transformers.models.{model_type}.modeling_{model_type}"
+
+    def embedding_class():
+        return getattr(importlib.import_module(upstream_module), embedding_class_name)
+
+    def detect() -> bool:
+        return length_breaks_the_graph(embedding_class(), sample_input())
+
+    def apply() -> None:
+        wrap(name, embedding_class(), "forward", positions_from_tensor_length(embedding_class()))
+
+    apply.__module__ = declaring_module
+    apply.__doc__ = f"""{decoder} does not trace into one graph per generation step, so generate runs it eagerly.
+
+    Gap: ``{embedding_class_name}`` makes positions as ``arange(length, length + tokens)`` from the
+    cache's length, a 0-d tensor for a static cache: a size Dynamo cannot know. Detected by tracing
+    upstream's embedding with a tensor length. Patch: given a tensor length and no positions, the
+    embedding gets ``arange(tokens) + length`` (the same positions, a static size).
+    """
+    fix(name, "transformers", detect, waits_for=upstream_module)(apply)
+    return name
+
+
+__all__ = ["declare_positions_fix", "length_breaks_the_graph", "positions_from_tensor_length"]
