@@ -101,7 +101,6 @@ def release_entry(path: Path, results: dict, fixes: dict[str, list[dict]]) -> di
         "generated_at": results["generated_at"],
         "l3_check": results.get("l3_check"),
         "headline": report.headline_numbers(results),
-        "all_types": R.summarize_all_types(results),
         "architectures": [arch_entry(rec, fixes.get(rec["model_type"], [])) for rec in results["architectures"]],
     }
 
@@ -286,7 +285,7 @@ def _release_info(index: int, release: dict) -> str:
         "L3 in this file is the earlier single-prompt check.")
     outside = (f" {unranked} architectures outside the top-100 (a <code>--all</code> sweep) are marked "
                "&ldquo;outside top-100&rdquo;; the headline counts the top-100 only." if unranked else "")
-    every = release.get("all_types")
+    every = release["headline"]["all_types"]
     if every:
         outside += (f" Every causal-LM <code>model_type</code> of this release: {every['compiled']} of "
                     f"{every['types']} ({every['percent']}%) pass L1-L3 compiled, {every['uncompiled']} more run "

@@ -317,6 +317,7 @@ def headline_numbers(results: dict) -> dict:
         "l1_l4": s["cumulative"]["L4"],
         "l5_pass": l5["pass"],
         "l5_tested": l5["pass"] + l5["fail"],
+        "all_types": R.summarize_all_types(results),  # None unless the file is an --all sweep
     }
 
 
@@ -325,22 +326,21 @@ def render_headline(files: list[Path]) -> str:
     published claims (the block the project README shows)."""
     lines = ["| transformers, device | L1-L3 compiled | runs, uncompiled | L1-L4 | L5 TP=2 (of those with a TP plan) |",
              "|---|---:|---:|---:|---:|"]
-    for path in files:
-        h = headline_numbers(R.load(path))
+    headlines = [headline_numbers(R.load(path)) for path in files]
+    for h in headlines:
         strict = " (single-prompt L3)" if h["single_prompt_l3"] else ""
         lines.append(f"| {h['transformers_version']}, {h['device']}{strict} | {h['compiled']} | {h['uncompiled']} | "
                      f"{h['l1_l4']} | {h['l5_pass']} of {h['l5_tested']} |")
     lines += ["", f"Of the top 100, on the same denominator: TorchNeuron's announcement claims {TORCHNEURON_CLAIM}% run "
               f"natively and {OPTIMUM_NEURON_CLAIM}% for optimum-neuron 0.4.5 (method unpublished)."]
-    every = [(results, R.summarize_all_types(results)) for results in map(R.load, files)]
-    every = [(results, counts) for results, counts in every if counts]
+    every = [h for h in headlines if h["all_types"]]
     if every:
         lines += ["", "Beyond the top 100, every causal-LM `model_type` of the release (`hf-neuron compat --all`):", "",
                   "| transformers, device | causal-LM types | L1-L3 compiled | runs, uncompiled | L1-L4 | "
                   "L5 TP=2 (of those with a TP plan) |", "|---|---:|---:|---:|---:|---:|"]
-        for results, a in every:
-            device = DEVICE_TITLES.get(results["device_kind"], results["device_kind"])
-            lines.append(f"| {results['transformers_version']}, {device} | {a['types']} | {a['compiled']} "
+        for h in every:
+            a = h["all_types"]
+            lines.append(f"| {h['transformers_version']}, {h['device']} | {a['types']} | {a['compiled']} "
                          f"({a['percent']}%) | {a['uncompiled']} | {a['l1_l4']} | {a['l5_pass']} of {a['l5_tested']} |")
     return "\n".join(lines)
 
