@@ -67,6 +67,8 @@ PROMISE_TESTS = (
     "tests/transformers/models/test_big_bird.py",
     "tests/transformers/models/test_cache_length_positions.py",
     "tests/transformers/generation/test_padding_positions.py",
+    "tests/transformers/generation/test_image_inputs.py",
+    "tests/tiny_models/test_vision_models.py",
     "tests/transformers/models/test_inkling.py",
     "tests/transformers/tensor_parallel/test_fused_tensors.py",
     "tests/transformers/test_plan.py",

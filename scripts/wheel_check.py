@@ -13,7 +13,9 @@ the simulator on and the user site off:
      processes and generates greedily: tokens equal to the same generation on CPU;
   4. ``hf-neuron check ./tiny`` (the verdict read from the results shipped in the wheel, exit status 0)
      and ``hf-neuron compat report --html site`` (the page, from the same results);
-  5. ``hf-neuron compat --quick`` with its default output: a results file in the current folder.
+  5. ``hf-neuron compat --quick`` with its default output: a results file in the current folder;
+  6. ``hf-neuron compat --images --quick``: a vision-language model generating from images, its results
+     in ``images/`` of the current folder.
 
     python scripts/wheel_check.py            # build, install, run
     python scripts/wheel_check.py --keep     # keep the folder the steps ran in (its path is printed)
@@ -214,6 +216,13 @@ def user_steps(folder: Path, venv_dir: Path) -> list[tuple[str, Callable]]:
         if len(written) != 1 or not written[0].endswith("-simulated.json"):
             raise StepFailed(f"expected one <transformers>-simulated.json in {folder}, found {written}")
 
+    def compat_images(log, env, timeout):
+        run([str(bin_dir / "hf-neuron"), "compat", "--images", "--quick", "--no-progress", "--check"], log, timeout,
+            cwd=folder, env=env)
+        written = sorted(p.name for p in (folder / "images").glob("*.json"))
+        if len(written) != 1 or not written[0].endswith("-simulated.json"):
+            raise StepFailed(f"expected one <transformers>-simulated.json in {folder / 'images'}, found {written}")
+
     return [
         ("hf_neuron imported from the environment", where),
         ("hf-neuron demo", demo),
@@ -221,6 +230,7 @@ def user_steps(folder: Path, venv_dir: Path) -> list[tuple[str, Callable]]:
         ("torchrun x2: tiny llama, TP=2 greedy tokens == CPU", generate_tp),
         ("hf-neuron check ./tiny, compat report --html site", check_and_report),
         ("hf-neuron compat --quick (results in the current folder)", compat),
+        ("hf-neuron compat --images --quick (results in ./images)", compat_images),
     ]
 
 

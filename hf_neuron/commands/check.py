@@ -121,7 +121,8 @@ def render(result, status: str) -> str:
     else:
         lines.append(f"  does not fit on one NeuronCore at any degree tried ({tried}{limit})")
     if s.graphs:
-        shapes = ", ".join(f"{g['kind']} [{g['batch_size']}, {g['tokens']}]" for g in s.graphs)
+        shapes = ", ".join(f"{g['kind']} [{g['batch_size']}, 3, {g['image_size'][0]}, {g['image_size'][1]}]"
+                           if g.get("image_size") else f"{g['kind']} [{g['batch_size']}, {g['tokens']}]" for g in s.graphs)
         lines.append(f"  graphs per rank: {s.graph_count} ({shapes})")
     elif not s.compiled:
         lines.append("  graphs: none (generate runs eagerly)")

@@ -33,6 +33,9 @@ def register(subparsers) -> None:
                        help="every causal-LM model_type of the installed transformers, plus the ranked list")
     which.add_argument("--arch", metavar="A,B", help="only these model_types (comma-separated)")
     which.add_argument("--quick", action="store_true", help="a quick subset (~5 architectures), for CI")
+    p.add_argument("--images", action="store_true",
+                   help="the image-text-to-text architectures instead (ranked list, or --arch/--quick), generating "
+                        "from prompts with an image; results in images/, table in compatibility/images.md")
     p.add_argument("--output", type=Path, metavar="PATH",
                    help="results file (default <transformers>-<device kind>.json: in a source checkout the "
                         "committed one in hf_neuron/compat/data/results/, else in the current folder)")
@@ -135,7 +138,7 @@ examples:
 """
 
 # Options of the text-generation sweep, which mean nothing to the other suites.
-_TEXT_GENERATION_OPTIONS = ("all", "arch", "quick", "output", "jobs", "resume", "rerun_failed", "timeout", "levels",
+_TEXT_GENERATION_OPTIONS = ("all", "arch", "quick", "images", "output", "jobs", "resume", "rerun_failed", "timeout", "levels",
                             "device", "readme", "no_readme", "report_only", "check", "no_progress", "keep_workdir")
 
 
@@ -274,6 +277,8 @@ def handler(args) -> int:
     from hf_neuron.compat.runner import FatalRunError, RunConfig, Runner, default_output
 
     compatibility = paths.compatibility_dir()
+    if args.images:
+        return _images_handler(args, compatibility)
     default_readme = compatibility / "README.md" if compatibility else None  # only a checkout has one
     if args.report_only:
         readme = args.readme or default_readme
@@ -328,5 +333,76 @@ def handler(args) -> int:
         _regenerate(Path(readme), files, headline=readme == default_readme)
     names = {s.model_type for s in specs}
     if args.check and any(R.has_failure(r) for r in results["architectures"] if r["model_type"] in names):
+        return 1
+    return 0
+
+
+def _images_handler(args, compatibility: Path | None) -> int:
+    """``hf-neuron compat --images``: the image-text-to-text run and its table (compatibility/images.md)."""
+    from hf_neuron.compat import archs, image_report
+    from hf_neuron.compat import results as R
+    from hf_neuron.compat.runner import FatalRunError, RunConfig, Runner, default_output
+
+    default_page = compatibility / "images.md" if compatibility else None
+    if args.all:
+        print("hf-neuron compat: error: --all is the causal-LM sweep; with --images use the ranked list (no "
+              "option), --arch or --quick", file=sys.stderr)
+        return 2
+    if args.report_only:
+        page = args.readme or default_page
+        if page is None:
+            print("hf-neuron compat: error: not a source checkout, so there is no compatibility/images.md: give "
+                  "--readme PATH", file=sys.stderr)
+            return 2
+        files = [args.output] if args.output else image_report.results_files(default_output(args.device, True).parent)
+        image_report.update_page(page, files)
+        print(f"regenerated {page} from {len(files)} results file(s)")
+        return 0
+    try:
+        levels = _levels(args.levels)
+        if args.jobs < 1:
+            raise ValueError("-j must be at least 1")
+        if args.timeout <= 0:
+            raise ValueError("--timeout must be positive")
+        specs = archs.select_images(args.arch.split(",") if args.arch else None, quick=args.quick)
+        config = RunConfig(specs=specs, device=args.device, levels=levels, output=args.output, jobs=args.jobs,
+                           timeout=args.timeout, resume=args.resume, rerun_failed=args.rerun_failed,
+                           progress=not args.no_progress and sys.stderr.isatty(), keep_workdir=args.keep_workdir,
+                           images=True)
+        runner = Runner(config)
+    except (ValueError, FileNotFoundError, FatalRunError) as exc:
+        print(f"hf-neuron compat: error: {exc}", file=sys.stderr)
+        return 2
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        print(f"hf-neuron compat --images: {len(specs)} architecture(s) on {runner.device_kind} ({args.device}), "
+              f"levels {','.join(levels)}, -j {args.jobs} -> {runner.output}", file=sys.stderr)
+        results = runner.run()
+    except KeyboardInterrupt:
+        print(f"\nhf-neuron compat: interrupted; finished architectures are in {runner.output} "
+              "(continue with --resume)", file=sys.stderr)
+        return 130
+    except FatalRunError as exc:
+        print(f"hf-neuron compat: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    names = {s.model_type for s in specs}
+    recorded = [r for r in results["architectures"] if r["model_type"] in names]
+    compiled = sum(1 for r in recorded if R.passes_compiled(r))
+    print(f"results: {runner.output}")
+    print(f"image-text-to-text: {compiled} of {len(recorded)} generate from an image compiled (L1-L3) with the CPU "
+          "tokens")
+    for lv in R.LEVELS:
+        counts = {st: sum(1 for r in recorded if r["levels"].get(lv) == st) for st in R.STATUSES}
+        print(f"  {lv}: pass {counts['pass']:3d}  fail {counts['fail']:3d}  skip {counts['skip']:3d}")
+    page = args.readme
+    if page is None and not args.no_readme and runner.output.resolve() == default_output(args.device, True).resolve():
+        page = default_page
+    if page is not None and not args.no_readme:
+        files = image_report.results_files(runner.output.parent) if page == default_page else [runner.output]
+        image_report.update_page(Path(page), files)
+        print(f"regenerated {page} from {len(files)} results file(s)")
+    if args.check and any(R.has_failure(r) for r in recorded):
         return 1
     return 0

@@ -38,6 +38,9 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-chunk", type=int_list, default=None, metavar="64,512",
                    help="prefill chunk size, or several (prefill buckets, one graph each; default: 64,512 capped "
                         "to half the max cache length)")
+    p.add_argument("--image-size", dest="image_sizes", type=image_size_list, default=None, metavar="HxW,HxW",
+                   help="processed image sizes of a vision-language model, one vision-tower graph each (default: "
+                        "the vision tower's own input size)")
     p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel size (default: 1)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the config's)")
 
@@ -58,17 +61,30 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def image_size_list(text: str) -> list[tuple[int, int]]:
+    """``"896x896,448x672"`` -> ``[(896, 896), (448, 672)]`` (argparse type: a clear error otherwise)."""
+    sizes = []
+    for item in text.split(","):
+        height, sep, width = item.strip().lower().partition("x")
+        if not sep or not height.isdigit() or not width.isdigit() or int(height) < 1 or int(width) < 1:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not HEIGHTxWIDTH in pixels, e.g. 896x896")
+        sizes.append((int(height), int(width)))
+    return sizes
+
+
 def run(args: argparse.Namespace) -> int:
     from hf_neuron.transformers.plan import PlanError, plan_generation, plan_training
 
     hardware = {"tp": args.tp, "dtype": args.dtype, "instance": args.instance, "logical_nc_config": args.lnc}
     try:
+        if args.train and args.image_sizes:
+            raise PlanError("--image-size plans generation from images; --train plans text SFT: leave one out")
         if args.train:
             plan = plan_training(args.model, args.max_length, args.per_device_batch, packing=args.packing,
                                  packing_strategy=args.packing_strategy, **hardware)
         else:
             plan = plan_generation(args.model, args.batch_sizes, args.max_cache_len, prefill_chunk_arg(args.prefill_chunk),
-                                   **hardware)
+                                   image_sizes=args.image_sizes, **hardware)
     except PlanError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from hf_neuron.compat.paths import RANKING_PATH
+from hf_neuron.compat.paths import IMAGE_RANKING_PATH, RANKING_PATH
 
 # Set by the test-suite to enable the ``_test_*`` architectures (see ``hf_neuron.compat.testing_archs``).
 TEST_ARCHS_ENV = "HF_NEURON_COMPAT_TEST_ARCHS"
@@ -21,12 +21,15 @@ TEST_PREFIX = "_test_"
 
 # A handful covering the mechanisms that differ: dense, sliding window, classic absolute positions, MoE.
 QUICK_ARCHS = ["llama", "qwen3", "mistral", "gpt2", "qwen3_moe"]
+# The image-text-to-text quick subset: a fixed-size processor (one vision-tower graph per batch size).
+QUICK_IMAGE_ARCHS = ["llava"]
 
 # What the ranked list's ``status`` column says about how the entry is tested.
 KIND_CAUSAL_LM = "causal_lm"
 KIND_MULTIMODAL = "multimodal"  # tested through its multimodal class on text-only input
 KIND_REMOTE_CODE = "remote_code"  # no class in the installed transformers: not testable here
 KIND_TEST = "test"
+KIND_IMAGE_TEXT = "image_text"  # an image-text-to-text class, generating from prompts with an image
 
 _STATUS_TO_KIND = {
     "ok": KIND_CAUSAL_LM,
@@ -72,6 +75,46 @@ def load_ranking(path: Path | None = None) -> list[ArchSpec]:
     if sorted(ranks) != list(range(1, len(specs) + 1)):
         raise ValueError(f"{path}: ranks must be 1..{len(specs)} without gaps")
     return specs
+
+
+def load_image_ranking(path: Path | None = None) -> list[ArchSpec]:
+    """The ranked image-text-to-text list (``top20-image-text-to-text.tsv``, method in
+    ``compatibility/METHOD-images.md``)."""
+    path = Path(path) if path else IMAGE_RANKING_PATH
+    if not path.exists():
+        raise FileNotFoundError(f"ranked list not found at {path} (package data of hf_neuron: reinstall it)")
+    with open(path, newline="") as fh:
+        specs = [ArchSpec(model_type=row["model_type"].strip(), rank=int(row["rank"]), tier=row["tier"].strip() or None,
+                          kind=KIND_IMAGE_TEXT) for row in csv.DictReader(fh, delimiter="\t")]
+    if sorted(s.rank for s in specs) != list(range(1, len(specs) + 1)):
+        raise ValueError(f"{path}: ranks must be 1..{len(specs)} without gaps")
+    return specs
+
+
+def select_images(arch_names: list[str] | None = None, quick: bool = False) -> list[ArchSpec]:
+    """The image-text-to-text architectures of one run: the ranked list, or exactly ``arch_names``
+    (types of the installed Transformers' image-text-to-text mapping), or the quick subset."""
+    ranking = load_image_ranking()
+    if quick:
+        arch_names = list(QUICK_IMAGE_ARCHS)
+    if not arch_names:
+        return sort_specs(ranking)
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    by_name = {s.model_type: s for s in ranking}
+    specs, unknown = [], []
+    for name in dict.fromkeys(n.strip() for n in arch_names if n.strip()):
+        if name in by_name:
+            specs.append(by_name[name])
+        elif name in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+            specs.append(ArchSpec(model_type=name, kind=KIND_IMAGE_TEXT))
+        else:
+            unknown.append(name)
+    if unknown:
+        raise ValueError(f"unknown image-text-to-text architecture(s): {', '.join(unknown)}. Use model_type names "
+                         "from hf_neuron/compat/data/top20-image-text-to-text.tsv or the installed Transformers' "
+                         "image-text-to-text mapping")
+    return sort_specs(specs)
 
 
 def causal_lm_model_types() -> list[str]:

@@ -15,6 +15,8 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 RANKING_PATH = DATA_DIR / "top100-text-generation.tsv"
 COMMITTED_RESULTS_DIR = DATA_DIR / "results"
 COMMITTED_DIFFUSERS_RESULTS_DIR = COMMITTED_RESULTS_DIR / "diffusers"
+IMAGE_RANKING_PATH = DATA_DIR / "top20-image-text-to-text.tsv"
+COMMITTED_IMAGE_RESULTS_DIR = COMMITTED_RESULTS_DIR / "images"
 
 
 def source_checkout() -> Path | None:
@@ -30,6 +32,9 @@ def compatibility_dir() -> Path | None:
     return root / "compatibility" if root else None
 
 
-def default_results_dir() -> Path:
-    """Where a run with default options writes: the committed tables in a checkout, else the current folder."""
-    return COMMITTED_RESULTS_DIR if source_checkout() else Path.cwd()
+def default_results_dir(images: bool = False) -> Path:
+    """Where a run with default options writes: the committed tables in a checkout, else the current folder
+    (``images/`` below either for the image-text-to-text run)."""
+    if source_checkout():
+        return COMMITTED_IMAGE_RESULTS_DIR if images else COMMITTED_RESULTS_DIR
+    return Path.cwd() / "images" if images else Path.cwd()

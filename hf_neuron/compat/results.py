@@ -39,6 +39,8 @@ LEVELS = ("L1", "L2", "L3", "L4", "L5")
 STATUSES = ("pass", "fail", "skip")
 HEADLINE_LEVELS = ("L1", "L2", "L3")
 NOT_REQUESTED = "level not requested in this run"
+#: What a results file records (``task``; absent means text generation).
+TASK_TEXT, TASK_IMAGES = "text-generation", "image-text-to-text"
 REASON_MAX_CHARS = 400
 
 
@@ -208,6 +210,8 @@ def validate(results: dict) -> list[str]:
                      ("generated_at", str), ("architectures", list)):
         if not isinstance(results.get(key), typ):
             errors.append(f"{key} missing or not a {typ.__name__}")
+    if results.get("task", TASK_TEXT) not in (TASK_TEXT, TASK_IMAGES):
+        errors.append(f"task must be {TASK_TEXT!r} or {TASK_IMAGES!r}")
     types = results.get("causal_lm_types")
     if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
         errors.append("causal_lm_types must be a list of model_type names")

@@ -50,6 +50,7 @@ class RunConfig:
     keep_workdir: bool = False
     tp_size: int = 2
     all_types: bool = False  # a --all sweep: record the causal-LM mapping as the all-types denominator
+    images: bool = False  # the image-text-to-text run (its own results file, its own L3 check)
 
 
 # ---- environment ---------------------------------------------------------------------------------
@@ -78,10 +79,11 @@ def expected_device_kind(device: str) -> str:
     return "trainium" if real_torch_neuronx() and not forced else "simulated"
 
 
-def default_output(device: str) -> Path:
-    """The committed results file in a source checkout, else ``./<transformers version>-<device kind>.json``."""
+def default_output(device: str, images: bool = False) -> Path:
+    """The committed results file in a source checkout, else ``./<transformers version>-<device kind>.json``
+    (``images/`` below either for the image-text-to-text run)."""
     kind = expected_device_kind(device)
-    return paths.default_results_dir() / R.results_filename(_dist_version("transformers"), kind)
+    return paths.default_results_dir(images) / R.results_filename(_dist_version("transformers"), kind)
 
 
 def worker_env(device_kind: str, jobs: int) -> dict:
@@ -145,7 +147,7 @@ class Runner:
         self.config = config
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.device_kind = expected_device_kind(config.device)
-        self.output = Path(config.output) if config.output else default_output(config.device)
+        self.output = Path(config.output) if config.output else default_output(config.device, config.images)
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.children: set[Child] = set()
@@ -172,8 +174,17 @@ class Runner:
             from hf_neuron.compat.archs import causal_lm_model_types
 
             results["causal_lm_types"] = sorted(causal_lm_model_types())
+        task = R.TASK_IMAGES if self.config.images else R.TASK_TEXT
+        if self.output.exists() and results.get("task", R.TASK_TEXT) != task:
+            raise FatalRunError(f"{self.output} holds {results.get('task', R.TASK_TEXT)} results, this run is "
+                                f"{task}; choose another --output")
+        if self.config.images:
+            results["task"] = R.TASK_IMAGES
         if "L3" in self.config.levels:
-            from hf_neuron.compat.levels import L3_CHECK
+            if self.config.images:
+                from hf_neuron.compat.image_levels import L3_CHECK
+            else:
+                from hf_neuron.compat.levels import L3_CHECK
 
             results["l3_check"] = L3_CHECK
         return results

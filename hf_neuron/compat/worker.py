@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from hf_neuron.compat.archs import KIND_TEST, ArchSpec
+from hf_neuron.compat.archs import KIND_IMAGE_TEXT, KIND_TEST, ArchSpec
 
 
 class EventWriter:
@@ -121,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         if spec.kind == KIND_TEST:
             from hf_neuron.compat.testing_archs import FakeArchRun as Run
         else:
-            from hf_neuron.compat.levels import ArchRun as Run
+            if spec.kind == KIND_IMAGE_TEXT:
+                from hf_neuron.compat.image_levels import ImageArchRun as Run
+            else:
+                from hf_neuron.compat.levels import ArchRun as Run
 
             if not env_sent:
                 threads = os.environ.get("HF_NEURON_COMPAT_THREADS")

@@ -160,38 +160,61 @@ def _byte_of_symbol(symbol: str) -> int:
     return _byte_symbol_table()[symbol]
 
 
-def build_backend_tokenizer():
-    """The raw `tokenizers.Tokenizer` (byte-level BPE, special tokens registered)."""
+def special_tokens(named: dict[int, str] | None = None) -> list[str]:
+    """The 16 special tokens, with reserved ids renamed as `named` says (``{5: "<image>"}``: a
+    vision-language processor finds its placeholder token by name, its config by id)."""
+    tokens = list(SPECIAL_TOKENS)
+    for token_id, name in (named or {}).items():
+        if token_id not in RESERVED_TOKEN_IDS:
+            raise ValueError(f"token id {token_id} is not a reserved id ({RESERVED_TOKEN_IDS[0]}-"
+                             f"{RESERVED_TOKEN_IDS[-1]}): only reserved ids can be given a name")
+        if name in tokens:
+            raise ValueError(f"token {name!r} is already in the vocabulary")
+        tokens[token_id] = name
+    return tokens
+
+
+def build_backend_tokenizer(named: dict[int, str] | None = None):
+    """The raw `tokenizers.Tokenizer` (byte-level BPE, special tokens registered; reserved ids renamed
+    as `named` says)."""
     from tokenizers import Tokenizer, decoders, models
 
     vocab, merges = _vocab_and_merges()
-    tok = Tokenizer(models.BPE(vocab=dict(vocab), merges=list(merges), fuse_unk=False))
+    specials = special_tokens(named)
+    vocab = {(specials[i] if i < NUM_SPECIAL_TOKENS else token): i for token, i in vocab.items()}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(merges), fuse_unk=False))
     tok.pre_tokenizer = _byte_level()
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(SPECIAL_TOKENS)
+    tok.add_special_tokens(specials)
     return tok
 
 
-def build_tokenizer(*, padding_side: str = "left", model_max_length: int = 2048):
+def build_tokenizer(*, padding_side: str = "left", model_max_length: int = 2048, named: dict[int, str] | None = None,
+                    attributes: dict[str, str] | None = None):
     """A deterministic :class:`~transformers.PreTrainedTokenizerFast` of 512 tokens.
 
     pad/bos/eos are distinct (``<|pad|>`` 0, ``<|startoftext|>`` 1, ``<|im_end|>`` 2); no token is added
     automatically by ``__call__``; ``apply_chat_template(messages, add_generation_prompt=True)`` renders
     ChatML turns ending with ``<|im_end|>`` (the eos, so generation stops at the end of a turn).
-    Padding is on the left (batched generation with decoder-only models).
+    Padding is on the left (batched generation with decoder-only models). `named` gives reserved ids
+    the names a vision-language processor looks its placeholders up by (same ids, same vocabulary size);
+    `attributes` makes them tokenizer attributes (``{"image_token": "<image>"}``: ``tokenizer.image_token``
+    and ``tokenizer.image_token_id``), which some processors read instead.
     """
     from transformers import PreTrainedTokenizerFast
 
+    specials = special_tokens(named)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=build_backend_tokenizer(),
+        tokenizer_object=build_backend_tokenizer(named),
         bos_token=BOS_TOKEN,
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
-        additional_special_tokens=[IM_START_TOKEN, ENDOFTEXT_TOKEN, *RESERVED_TOKENS],
+        additional_special_tokens=specials[len(NAMED_SPECIAL_TOKENS) - 2:],
         padding_side=padding_side,
         model_max_length=model_max_length,
         chat_template=CHAT_TEMPLATE,
         clean_up_tokenization_spaces=False,
+        **({"extra_special_tokens": dict(attributes)} if attributes else {}),
     )
     return tokenizer
 

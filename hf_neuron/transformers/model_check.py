@@ -147,18 +147,19 @@ class Verdict:
     tp_level: str | None = None  # L5 (TP=2 = single device), when recorded
 
 
-def results_for_installed() -> tuple[dict | None, Path | None, str]:
+def results_for_installed(images: bool = False) -> tuple[dict | None, Path | None, str]:
     """The committed results of the installed Transformers release on this machine's device kind, else the
-    nearest older release's (with a note), else none."""
+    nearest older release's (with a note), else none. ``images``: those of generation from images."""
     import transformers
     from packaging.version import Version
 
     from hf_neuron.compat import report
+    from hf_neuron.compat.paths import COMMITTED_IMAGE_RESULTS_DIR
 
     kind = "trainium" if _real_trainium() else "simulated"
     installed = Version(transformers.__version__)
     candidates = []
-    for path in report.results_files():
+    for path in report.results_files(COMMITTED_IMAGE_RESULTS_DIR if images else None):
         release, _, file_kind = path.stem.rpartition("-")
         if file_kind == kind:
             candidates.append((Version(release), path))
@@ -179,19 +180,23 @@ def _real_trainium() -> bool:
     return real_torch_neuronx_installed()
 
 
-def verdict(model_type: str, task: str) -> Verdict:
-    results, path, note = results_for_installed()
+def verdict(model_type: str, task: str, images: bool = False) -> Verdict:
+    """The recorded verdict of ``model_type`` for ``task``; ``images``: of generation from prompts with images
+    (the image-text-to-text results)."""
+    results, path, note = results_for_installed(images)
     version = results["transformers_version"] if results else None
     kind = results["device_kind"] if results else None
     record = R.by_model_type(results).get(model_type) if results else None
-    how = f"test it with: hf-neuron compat --arch {model_type}"
+    how = f"test it with: hf-neuron compat {'--images ' if images else ''}--arch {model_type}"
+    # The image results are named as the text ones, in their own folder.
+    name = None if path is None else (f"images/{path.name}" if images else path.name)
     if record is None:
         where = f"the compatibility results of transformers {version}" if results else "any compatibility results"
-        return Verdict("not_tested", f"not tested: {model_type} is not in {where}; {how}", {}, _name(path), version,
+        return Verdict("not_tested", f"not tested: {model_type} is not in {where}; {how}", {}, name, version,
                        kind)
     levels = {lv: record["levels"].get(lv, "skip") for lv in R.LEVELS}
     graphs = {lv: record["graphs_compiled"].get(lv) for lv in ("L3", "L4")}
-    base = dict(levels=levels, results_file=_name(path), transformers_version=version, device_kind=kind,
+    base = dict(levels=levels, results_file=name, transformers_version=version, device_kind=kind,
                 graphs=graphs, tp_level=levels.get("L5"))
     needed = TASK_LEVELS[task]
     failing = next((lv for lv in needed if levels[lv] == "fail"), None)
@@ -206,7 +211,7 @@ def verdict(model_type: str, task: str) -> Verdict:
     if task == "generate" and R.generation_path(record) == "eager":
         why = record["details"].get("L3", {}).get("eager_reason") or "generate compiles nothing"
         return Verdict("uncompiled", f"runs, uncompiled: tokens equal CPU but {why}{suffix}", **base)
-    what = "compiled generation" if task == "generate" else "compiled training step"
+    what = "compiled training step" if task == "sft" else "compiled generation" + (" from images" if images else "")
     return Verdict("passes", f"passes {', '.join(needed)} ({what} equals CPU){suffix}", **base)
 
 
@@ -433,6 +438,12 @@ def check_model(source: str, task: str = "generate", instance: str = "trn2", *, 
         config, where = resolve_config(source)
         model_class(config)
         found = verdict(config.model_type, task)
+        from hf_neuron.transformers.plan import vision_language
+
+        if task == "generate" and found.status == "not_tested" and vision_language(config):
+            # A vision-language type outside the text tables (LLaVA, Qwen-VL): its verdict is generation
+            # from images.
+            found = verdict(config.model_type, task, images=True)
         plan_source, _, plan_note = tp_plan_source(config)
         step_graphs = found.graphs.get("L4") if task == "sft" else None
         compiles = {"passes": True, "uncompiled": False}.get(found.status) if task == "generate" else None

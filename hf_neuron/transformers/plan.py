@@ -9,7 +9,8 @@ peak memory of the tensors the graph creates; nothing is compiled for a device.
 
 - Generation (``plan_generation``): per batch size (or batch bucket), one prefill graph per prefill
   bucket ([batch, chunk]) and the decode graph ([batch, 1]) of compiled ``generate`` with a static
-  cache of ``max_cache_len``;
+  cache of ``max_cache_len``; for a vision-language model, also the vision tower's graph per processed
+  image size (``image_sizes``, or the tower's own input size), which prompts with images compile;
   memory = weights (per tensor-parallel rank) + static KV cache + the larger graph's activations.
 - Training (``plan_training``): the batch shapes of a TRL SFT run on Neuron (packed: one shape;
   unpacked: the multiples of 128 up to ``max_length``) and the graphs of one training step per
@@ -51,14 +52,20 @@ class PlanError(ValueError):
 class PlannedGraph:
     """One graph the workload compiles (``count`` > 1 when a shape is split by graph breaks)."""
 
-    kind: str  # "prefill", "decode" or "train"
+    kind: str  # "prefill", "decode", "train" or "vision"
     batch_size: int
-    tokens: int
+    tokens: int  # for "vision": the image's pixels, height x width
     count: int
+    image_size: tuple[int, int] | None = None  # "vision" only: (height, width) of the processed image
 
     @property
     def input_ids(self) -> list[int]:
         return [self.batch_size, self.tokens]
+
+    def describe(self) -> str:
+        if self.kind == "vision":
+            return f"pixel_values [{self.batch_size}, 3, {self.image_size[0]}, {self.image_size[1]}]"
+        return f"input_ids [{self.batch_size}, {self.tokens}]"
 
 
 @dataclasses.dataclass
@@ -115,7 +122,7 @@ class Plan:
         lines.append(f"  graphs{per}: {self.graph_count}")
         for g in self.graphs:
             split = f"  ({g.count} graphs: graph breaks)" if g.count > 1 else ""
-            lines.append(f"    {g.kind:<8} input_ids [{g.batch_size}, {g.tokens}]{split}")
+            lines.append(f"    {g.kind:<8} {g.describe()}{split}")
         m = self.memory
         lines.append(f"  device memory{per} (NeuronCore of {self.device}: {format_bytes(m.device_bytes)}):")
         for label, value in (("weights", m.weights), ("KV cache", m.kv_cache), ("activations", m.activations),
@@ -184,10 +191,75 @@ def _resolve_dtype(config, dtype) -> torch.dtype:
 
 def meta_model(config, dtype: torch.dtype):
     """The model of ``config`` on the meta device: shapes only, no memory, nothing read."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    # A vision-language type without a causal-LM class (LLaVA, Qwen-VL) is its image-text-to-text class.
+    auto = AutoModelForCausalLM if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or not vision_language(config) \
+        else AutoModelForImageTextToText
+    with torch.device("meta"):
+        return auto.from_config(config, dtype=dtype)
+
+
+def vision_language(config) -> bool:
+    """Whether ``config`` is a vision-language model's (an image-text-to-text class with a vision tower)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    return getattr(config, "vision_config", None) is not None and config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+
+def native_image_size(config) -> tuple[int, int] | None:
+    """The vision tower's own square input (what a fixed-size processor resizes every image to), if it has one."""
+    size = getattr(config.vision_config, "image_size", None)
+    if isinstance(size, (list, tuple)) and len(size) == 2:
+        return int(size[0]), int(size[1])
+    return (int(size), int(size)) if isinstance(size, int) else None
+
+
+def _trace_vision(vlm, batch_size: int, image_size: tuple[int, int], dtype) -> tuple[int, int]:
+    """(graphs, activation peak) of the vision tower on one batch of processed images, on the meta device."""
+    from hf_neuron.transformers.generation.image_inputs import install_output_hooks_before_tracing
+
+    install_output_hooks_before_tracing(vlm)  # as generate does: no graph break at the first trace
+    backend = _RecordingBackend()
+    encode = torch.compile(vlm.model.get_image_features, backend=backend, dynamic=False)
+    pixels = torch.zeros(batch_size, 3, *image_size, dtype=dtype, device="meta")
+    with torch.no_grad():
+        encode(pixel_values=pixels)
+    return backend.graphs, backend.peak
+
+
+def _plan_vision(plan: Plan, config, torch_dtype, sizes, image_sizes, tp: int) -> None:
+    """Add the vision tower's graphs (one per batch size and image size) and weights to ``plan``."""
+    from transformers import AutoModelForImageTextToText
 
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config, dtype=dtype)
+        vlm = AutoModelForImageTextToText.from_config(config, dtype=torch_dtype)
+    plan.memory.weights = weight_bytes(vlm, tp)
+    if not image_sizes:
+        native = native_image_size(config)
+        if native is None:
+            plan.notes.append("this model takes images at sizes its processor decides (dynamic resolution): give "
+                              "--image-size HxW per processed size to plan its vision graphs")
+            return
+        image_sizes = [native]
+    untraced = None
+    for batch in sizes:
+        for image_size in image_sizes:
+            try:
+                graphs, peak = _trace_vision(vlm, batch, image_size, torch_dtype)
+            except Exception as e:  # an op the meta device cannot run: one graph per size, as generate compiles it
+                untraced = untraced or f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                graphs, peak = 1, 0
+            plan.graphs.append(PlannedGraph("vision", batch, image_size[0] * image_size[1], graphs, tuple(image_size)))
+            plan.memory.activations = max(plan.memory.activations, peak)
+    sized = ", ".join(f"{h}x{w}" for h, w in image_sizes)
+    plan.notes.append(f"prompts with images also compile the vision tower once per batch size and processed image "
+                      f"size ({sized}); the processor's resize decides the size, so every image a fixed-size "
+                      f"processor resizes shares one graph")
+    if untraced:
+        plan.notes.append(f"vision tower not traced on the meta device ({untraced}): one graph per size assumed, "
+                          "activations not included")
 
 
 def _planned_model(config, dtype, tp: int):
@@ -355,8 +427,12 @@ def plan_generation(
     dtype=None,
     instance: str = "trn2",
     logical_nc_config: int = 2,
+    image_sizes=None,
 ) -> Plan:
-    """Graphs and memory of compiled greedy generation for each batch size (see the module docstring)."""
+    """Graphs and memory of compiled greedy generation for each batch size (see the module docstring).
+
+    ``image_sizes``: ``(height, width)`` of the processed images of a vision-language model (default: its
+    vision tower's own input size, when it has one)."""
     config = load_config(source)
     sizes = sorted({_positive("batch size", b) for b in ([batch_sizes] if isinstance(batch_sizes, int) else batch_sizes)})
     if not sizes:
@@ -409,6 +485,10 @@ def plan_generation(
         "memory is that of one generate call: a finished call's static cache is freed when Python's garbage "
         "collector runs, so back-to-back calls can briefly hold one more KV cache"
     )
+    if vision_language(config):
+        _plan_vision(plan, config, torch_dtype, sizes, image_sizes, tp)
+    elif image_sizes:
+        raise PlanError(f"{config.model_type} takes no images (no vision tower): leave out --image-size")
     if tp > 1:
         plan.notes.append("activations are those of one unsharded rank (an upper bound under tensor parallelism)")
     return plan

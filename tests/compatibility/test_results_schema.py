@@ -102,3 +102,11 @@ def test_missing_levels_treats_not_requested_as_missing():
     R.set_level(rec, "L3", "skip", reason=R.NOT_REQUESTED)
     assert R.missing_levels(rec, R.LEVELS) == ["L3", "L4", "L5"]
     assert R.missing_levels(None, ["L1"]) == ["L1"]
+
+
+def test_the_task_is_text_generation_or_image_text_to_text():
+    from hf_neuron.compat import results as R
+
+    results = R.new_results("5.25.0", "2.14.1", "simulated")
+    assert R.validate({**results, "task": R.TASK_IMAGES}) == []
+    assert R.validate({**results, "task": "audio"}) == ["task must be 'text-generation' or 'image-text-to-text'"]

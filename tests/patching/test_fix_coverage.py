@@ -45,6 +45,10 @@ COVERAGE = {
     "trainer-resume-sharded-models": "trl/test_resume_training.py::test_upstream_cannot_checkpoint_a_sharded_run",
     "static-cache-mixed-precision": "transformers/generation/test_cache_dtype.py::test_upstream_rejects_them",
     "static-cache-falcon-kv-heads": "transformers/models/test_falcon.py::test_falcon_generates_the_cpu_tokens_on_neuron",
+    "generate-compiled-image-encoder":
+        "transformers/generation/test_image_inputs.py::test_without_the_encoder_fix_the_vision_tower_runs_uncompiled",
+    "generate-image-prompts-compile-the-decoder":
+        "transformers/generation/test_image_inputs.py::test_without_the_decoder_fix_a_chunk_of_image_tokens_is_another_graph",
     "generate-compiles-every-model-type":
         "transformers/generation/test_compiled_call.py::test_llama4_generation_compiles_two_graphs_with_the_cpu_tokens",
     "static-cache-allocate-every-layer":

@@ -107,7 +107,7 @@ def without_olmo(monkeypatch):
     type; a top-100 file has none for OLMo)."""
     results, path, note = model_check.results_for_installed()
     kept = {**results, "architectures": [r for r in results["architectures"] if r["model_type"] != "olmo"]}
-    monkeypatch.setattr(model_check, "results_for_installed", lambda: (kept, path, note))
+    monkeypatch.setattr(model_check, "results_for_installed", lambda images=False: (kept, path, note))
     return results
 
 
@@ -217,3 +217,15 @@ def test_bad_input_is_one_line_and_a_distinct_status(capsys, monkeypatch, tmp_pa
         assert out == "" and err.count("\n") == 1 and words in err and "Traceback" not in err, err
         seen.add(status)
     assert len(seen) == 7 and not seen & {0, 1, 2, 3, 4, 5}
+
+
+def test_a_vision_language_checkpoint_gets_the_verdict_of_generation_from_images(tmp_path):
+    from hf_neuron.tiny_models.vision import save_tiny_vision_model
+
+    check = model_check.check_model(str(save_tiny_vision_model("llava", tmp_path / "llava")))
+    assert check.verdict.results_file == "images/5.25.0-simulated.json" or check.verdict.status == "not_tested"
+    if check.verdict.status != "not_tested":  # the installed release has image results
+        assert check.verdict.summary.endswith("(compiled generation from images equals CPU)")
+    else:
+        assert "hf-neuron compat --images --arch llava" in check.verdict.summary
+    assert any(g["kind"] == "vision" for g in check.sizing.graphs)

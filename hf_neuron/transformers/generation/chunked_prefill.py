@@ -264,20 +264,26 @@ def _given(value) -> bool:
     return value is not None
 
 
-def _text_prompt(self, input_ids, model_kwargs) -> bool:
-    """A batch of token ids only: padding or re-cutting it moves no image or audio token."""
+#: Per-token type ids that are padded with the prompt (multimodal models mark image tokens with them).
+_TOKEN_TYPE_KEYS = ("position_ids", "token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids")
+
+
+def _token_prompt(self, input_ids, model_kwargs) -> bool:
+    """A batch of token ids whose every other input survives padding and re-cutting: no raw image or
+    audio input (those cannot be split into chunks). Images already encoded by ``generate``
+    (``mm_encoder_outputs``) are handed to each chunk by placeholder, so they do."""
     from transformers.generation.utils import MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL
 
     if self.config.is_encoder_decoder or input_ids.dim() != 2 or model_kwargs.get("inputs_embeds") is not None:
         return False
-    keys = (*MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL, "mm_token_type_ids", "moe_mm_token_type_ids")
-    return not any(_given(model_kwargs.get(key)) for key in keys)
+    raw = [key for key in MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL if key != "mm_encoder_outputs"]
+    return not any(_given(model_kwargs.get(key)) for key in raw)
 
 
 def _schedule_for(self, input_ids, generation_config, model_kwargs, is_first_iteration, buckets):
     """The prompt's :class:`~hf_neuron.transformers.generation.prefill_schedule.PrefillSchedule`, or None when
     this prefill is not a compiled one of a fresh static cache (upstream's prefill then runs)."""
-    if not is_first_iteration or not _text_prompt(self, input_ids, model_kwargs):
+    if not is_first_iteration or not _token_prompt(self, input_ids, model_kwargs):
         return None
     cache = generation_cache(model_kwargs)
     if cache is None or not getattr(cache, "is_compileable", False):
@@ -304,7 +310,19 @@ def _schedule_for(self, input_ids, generation_config, model_kwargs, is_first_ite
     )
     if schedule.decode_tail and not resumable:
         return None  # no pad token and a length no bucket divides: upstream's prefill (one more graph)
+    if _given(model_kwargs.get("mm_encoder_outputs")) and _upstream_calls(schedule) > 1:
+        # Upstream numbers a prefill's feature rows from its own first token: a prompt with encoded
+        # images is prefilled in one upstream call, or its later calls would take the first rows again.
+        return None
     return schedule
+
+
+def _upstream_calls(schedule) -> int:
+    """How many upstream prefill calls :func:`_prefill_on_schedule` makes for `schedule`."""
+    sizes = list(schedule.chunks)
+    overlapping = [sizes.pop()] if schedule.overlap else []  # the overlapping last chunk is its own call
+    calls = sum(1 for i, size in enumerate(sizes) if i == 0 or sizes[i - 1] != size)
+    return calls + len(overlapping) + (1 if schedule.decode_tail else 0)
 
 
 def _padding_changes_results(cache) -> bool:
@@ -332,7 +350,7 @@ def _left_pad(input_ids, generation_config, model_kwargs, padding):
     pad_id = generation_config._pad_token_tensor.to(input_ids.device)
     input_ids = torch.cat([pad_id.expand(batch, padding).to(input_ids.dtype), input_ids], dim=-1)
     model_kwargs["attention_mask"] = torch.nn.functional.pad(attention_mask, (padding, 0), value=0)
-    for key in ("position_ids", "token_type_ids"):
+    for key in _TOKEN_TYPE_KEYS:
         if model_kwargs.get(key) is not None:
             model_kwargs[key] = torch.nn.functional.pad(model_kwargs[key], (padding, 0), value=0)
     return input_ids
