@@ -10,7 +10,8 @@ processor by :mod:`hf_neuron.tiny_models.vision`, loaded twice), on prompts that
   1 and 2: the CPU tokens, and per batch size at most the text decoder's 2 graphs plus one vision-tower
   graph per processed image size (the processor's resize is the bucket).
 - L4 one training step on a prompt with an image, eager and compiled: loss and gradients as on CPU.
-- L5 (tensor parallel with images) is not run yet: recorded as skipped with that reason.
+- L5 (``hf_neuron.compat.tp_worker``) tensor parallel TP=2 under torchrun, on a prompt with an image, equals
+  a single device (logits and greedy tokens), where the model has a TP plan.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ L3_CHECK = (f"greedy generate of prompts with an image at {' and '.join(f'{h}x{w
             f"pixels, at batch 1 and (left-padded) batch 2, max_cache_len {L3_MAX_CACHE_LEN}, prefill "
             f"chunk {text_levels.L3_PREFILL_CHUNK}: tokens equal CPU, at most {TEXT_GRAPHS_PER_BATCH} text graphs "
             "plus one vision-tower graph per processed image size, per batch size")
-L5_NOT_RUN = "tensor parallelism with images is not run by this harness yet"
 NO_RECIPE = ("not tested yet: hf_neuron.tiny_models.vision has no tiny checkpoint recipe for it (a processor sized "
              "to match a tiny vision tower)")
 
@@ -58,11 +58,7 @@ class ImageArchRun(ArchRun):
                 R.set_level(self.record, lv, "skip", reason=NO_RECIPE)
             self.record["testable"] = False
             return self._finish(0.0)
-        record = super().run([lv for lv in levels if lv != "L5"])
-        if "L5" in levels and record["levels"].get("L5") in (None, "skip"):
-            R.set_level(record, "L5", "skip", reason=L5_NOT_RUN)
-            R.order_levels(record)
-        return record
+        return super().run(levels)  # L5 runs in the tensor-parallel phase, as for text
 
     def _images(self, batch: int, size: tuple[int, int]):
         from hf_neuron.tiny_models.vision import random_image

@@ -22,7 +22,7 @@ LEVEL_TITLES = {
     "L3": "greedy generate with an image at two sizes = CPU tokens; ≤ 2 text graphs + 1 vision graph per "
           "processed image size, per batch size",
     "L4": "training step on a prompt with an image (eager and compiled) = CPU",
-    "L5": "tensor parallel TP=2 with images (not run yet)",
+    "L5": "tensor parallel TP=2 on a prompt with an image = single device (logits, greedy tokens)",
 }
 
 

@@ -5,7 +5,8 @@
 
 Every rank loads the tiny checkpoint twice: on its own device alone, and sharded with
 ``DistributedConfig(tp_size=world_size)``. The sharded model's logits must match the single-device
-logits within tolerance and its greedy tokens must be identical. Rank 0 appends JSON events
+logits within tolerance and its greedy tokens must be identical. An image-text-to-text architecture is
+given a prompt with an image (its checkpoint's processor); its text decoder is what the plan shards. Rank 0 appends JSON events
 (``start``, ``result``, or ``fatal``) to EVENTS; one job serves many architectures.
 """
 
@@ -20,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from hf_neuron.compat.archs import KIND_TEST, ArchSpec
+from hf_neuron.compat.archs import KIND_IMAGE_TEXT, KIND_TEST, ArchSpec
 
 TP_LOGITS_ATOL, TP_LOGITS_RTOL = 1e-4, 1e-3
 NEW_TOKENS = 8
@@ -43,18 +44,43 @@ def run_tp(spec: ArchSpec, device: str, workdir: Path, world: int) -> dict:
     from hf_neuron import tiny_models
 
     model_dir = workdir / spec.model_type
+    images = spec.kind == KIND_IMAGE_TEXT
     # Phase 1 saved it, unless this is a --resume in a new run: then rank 0 saves it again (same seed,
     # same weights) while the other ranks wait.
     if not (model_dir / "config.json").exists() and int(os.environ.get("RANK", "0")) == 0:
-        tiny_models.save_tiny_model(spec.model_type, model_dir, seed=0)
+        if images:
+            from hf_neuron.tiny_models.vision import save_tiny_vision_model
+
+            save_tiny_vision_model(spec.model_type, model_dir, seed=0)
+        else:
+            tiny_models.save_tiny_model(spec.model_type, model_dir, seed=0)
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
+    if images:
+        from transformers import AutoModelForImageTextToText
+
+        return compare_with_single_device(model_dir, AutoModelForImageTextToText, device, world,
+                                          inputs=_image_inputs(spec.model_type, model_dir))
     return compare_with_single_device(model_dir, tiny_models.model_class_for(spec.model_type), device, world)
 
 
-def compare_with_single_device(model_dir: Path, cls, device: str, world: int) -> dict:
+def _image_inputs(model_type: str, model_dir: Path) -> dict:
+    """A prompt with an image, through the checkpoint's own processor."""
+    from transformers import AutoProcessor
+
+    from hf_neuron.tiny_models.vision import random_image, vision_recipe
+
+    processor = AutoProcessor.from_pretrained(model_dir)
+    inputs = processor(text=[vision_recipe(model_type).prompt("The quick brown fox")], images=[[random_image(40, 30)]],
+                       return_tensors="pt")
+    inputs.pop("labels", None)
+    return dict(inputs)
+
+
+def compare_with_single_device(model_dir: Path, cls, device: str, world: int, inputs: dict | None = None) -> dict:
     """Load ``model_dir`` alone on ``device`` and sharded over ``world`` ranks: logits and greedy tokens
-    must match (raises :class:`~hf_neuron.compat.levels.LevelFailure` otherwise). Returns the details."""
+    must match (raises :class:`~hf_neuron.compat.levels.LevelFailure` otherwise). Returns the details.
+    ``inputs``: the model's inputs (a prompt with an image), instead of random token ids."""
     import torch
     from transformers import DistributedConfig
 
@@ -67,14 +93,20 @@ def compare_with_single_device(model_dir: Path, cls, device: str, world: int) ->
     except Exception as exc:
         reason, op = describe_exception(exc, stage=f"from_pretrained(DistributedConfig(tp_size={world}))")
         raise LevelFailure(reason, op) from exc
-    config = single.config.get_text_config() if hasattr(single.config, "get_text_config") else single.config
-    gen = torch.Generator().manual_seed(5)
-    ids = torch.randint(3, min(int(config.vocab_size), 1000), (1, 10), generator=gen)
-    mask = torch.ones_like(ids)
+    if inputs is None:
+        config = single.config.get_text_config() if hasattr(single.config, "get_text_config") else single.config
+        gen = torch.Generator().manual_seed(5)
+        ids = torch.randint(3, min(int(config.vocab_size), 1000), (1, 10), generator=gen)
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    ids = inputs["input_ids"]
     dev_sharded = next(sharded.parameters()).device
+
+    def on(where):
+        return {k: (v.to(where) if hasattr(v, "to") else v) for k, v in inputs.items()}
+
     with torch.no_grad():
-        ref = single(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float().cpu()
-        out = sharded(input_ids=ids.to(dev_sharded), attention_mask=mask.to(dev_sharded)).logits
+        ref = single(**on(device)).logits.float().cpu()
+        out = sharded(**on(dev_sharded)).logits
         out = (out.full_tensor() if hasattr(out, "full_tensor") else out).float().cpu()
         diff = (out - ref).abs().max().item()
         scale = ref.abs().max().item()
@@ -83,8 +115,8 @@ def compare_with_single_device(model_dir: Path, cls, device: str, world: int) ->
             raise LevelFailure(f"TP={world} logits differ from single device: max abs diff {diff:.3g} "
                                f"(max |logit| {scale:.3g})")
         common = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "do_sample": False}
-        ref_tokens = single.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **common)
-        tokens = sharded.generate(input_ids=ids.to(dev_sharded), attention_mask=mask.to(dev_sharded), **common)
+        ref_tokens = single.generate(**on(device), **common)
+        tokens = sharded.generate(**on(dev_sharded), **common)
     ref_tokens = ref_tokens[0, ids.shape[1]:].cpu().tolist()
     tokens = tokens[0, ids.shape[1]:].cpu().tolist()
     details["tokens"] = tokens

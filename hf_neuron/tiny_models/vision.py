@@ -170,6 +170,29 @@ def _internvl_processor(config, tokenizer):
                              image_seq_length=int(patches * config.downsample_ratio ** 2))
 
 
+def _tiling_processor(processor_class: str, image_processor_class: str, video_processor_class: str | None):
+    """Idefics3 (and SmolVLM, whose processor also needs the num2words package): an image is cut into tiles
+    of the tower's size (at most 2x2 tiny) plus a global view, each tile ``image_seq_len`` tokens."""
+    def build(config, tokenizer):
+        import transformers
+
+        size, patch = config.vision_config.image_size, config.vision_config.patch_size
+        images = getattr(transformers, image_processor_class)(
+            do_image_splitting=True, size={"longest_edge": 2 * size}, max_image_size={"longest_edge": size})
+        videos = {"video_processor": _video_processor(video_processor_class)} if video_processor_class else {}
+        return getattr(transformers, processor_class)(
+            image_processor=images, tokenizer=tokenizer, image_seq_len=(size // patch) ** 2 // config.scale_factor ** 2,
+            **videos)
+
+    return build
+
+
+_TILING_TOKENS = {"image_token_id": "<image>", 11: "<fake_token_around_image>", 12: "<global-img>",
+                  13: "<end_of_utterance>", 14: "<video>"}
+_TILING_SIZING = ("tiles of 364 or 512 released (32 tiny), as many as the image's size needs up to a cap, plus a "
+                  "global view")
+
+
 RECIPES: dict[str, VisionRecipe] = {
     "llava": VisionRecipe(
         config={"vision_config": {"image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE}},
@@ -220,6 +243,11 @@ RECIPES: dict[str, VisionRecipe] = {
         processor=_internvl_processor,
         image_sizing="tiles of 448 (32 tiny), 1 to 12 by aspect ratio, plus a thumbnail (the processor crops to patches)",
         image_placeholder="<IMG_CONTEXT>",
+    ),
+    "idefics3": VisionRecipe(
+        config={"vision_config": {"image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE}},
+        tokens=_TILING_TOKENS, processor=_tiling_processor("Idefics3Processor", "Idefics3ImageProcessorPil", None),
+        image_sizing=_TILING_SIZING,
     ),
     "qwen2_vl": _qwen_vl("Qwen2VLProcessor", "Qwen2VLVideoProcessor", {"embed_dim": 64}, _QWEN2_TEXT),
     "qwen2_5_vl": _qwen_vl("Qwen2_5_VLProcessor", "Qwen2VLVideoProcessor",
