@@ -274,7 +274,7 @@ def _interrupt(signum, frame):
 def handler(args) -> int:
     from hf_neuron.compat import archs, paths, report
     from hf_neuron.compat import results as R
-    from hf_neuron.compat.runner import FatalRunError, RunConfig, Runner, default_output
+    from hf_neuron.compat.runner import default_output
 
     compatibility = paths.compatibility_dir()
     if args.images:
@@ -289,37 +289,11 @@ def handler(args) -> int:
         files = [args.output] if args.output else report.results_files()
         _regenerate(readme, files, headline=readme == default_readme and not args.output)
         return 0
-    try:
-        levels = _levels(args.levels)
-        if args.jobs < 1:
-            raise ValueError("-j must be at least 1")
-        if args.timeout <= 0:
-            raise ValueError("--timeout must be positive")
-        names = args.arch.split(",") if args.arch else None
-        specs = archs.select(all_archs=args.all, arch_names=names, quick=args.quick)
-        config = RunConfig(specs=specs, device=args.device, levels=levels, output=args.output, jobs=args.jobs,
-                           timeout=args.timeout, resume=args.resume, rerun_failed=args.rerun_failed,
-                           progress=not args.no_progress and sys.stderr.isatty(),
-                           keep_workdir=args.keep_workdir, all_types=args.all)
-        runner = Runner(config)
-    except (ValueError, FileNotFoundError, FatalRunError) as exc:
-        print(f"hf-neuron compat: error: {exc}", file=sys.stderr)
-        return 2
-
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        print(f"hf-neuron compat: {len(specs)} architecture(s) on {runner.device_kind} "
-              f"({args.device}), levels {','.join(levels)}, -j {args.jobs} -> {runner.output}", file=sys.stderr)
-        results = runner.run()
-    except KeyboardInterrupt:
-        print(f"\nhf-neuron compat: interrupted; finished architectures are in {runner.output} "
-              "(continue with --resume)", file=sys.stderr)
-        return 130
-    except FatalRunError as exc:
-        print(f"hf-neuron compat: error: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    ran = _run_sweep(args, lambda names: archs.select(all_archs=args.all, arch_names=names, quick=args.quick),
+                     "hf-neuron compat", all_types=args.all)
+    if isinstance(ran, int):
+        return ran
+    specs, runner, results = ran
 
     _print_summary(results, runner.output)
     readme = args.readme
@@ -337,11 +311,50 @@ def handler(args) -> int:
     return 0
 
 
+def _run_sweep(args, select, title: str, **config):
+    """Check the sweep's options, select its architectures (``select(arch names or None)``) and run it:
+    ``(specs, runner, results)``, or the exit status (2 for bad input or a failed run, 130 when interrupted).
+    ``config``: the :class:`~hf_neuron.compat.runner.RunConfig` fields that tell the sweeps apart."""
+    from hf_neuron.compat.runner import FatalRunError, RunConfig, Runner
+
+    try:
+        levels = _levels(args.levels)
+        if args.jobs < 1:
+            raise ValueError("-j must be at least 1")
+        if args.timeout <= 0:
+            raise ValueError("--timeout must be positive")
+        specs = select(args.arch.split(",") if args.arch else None)
+        run_config = RunConfig(specs=specs, device=args.device, levels=levels, output=args.output, jobs=args.jobs,
+                               timeout=args.timeout, resume=args.resume, rerun_failed=args.rerun_failed,
+                               progress=not args.no_progress and sys.stderr.isatty(),
+                               keep_workdir=args.keep_workdir, **config)
+        runner = Runner(run_config)
+    except (ValueError, FileNotFoundError, FatalRunError) as exc:
+        print(f"hf-neuron compat: error: {exc}", file=sys.stderr)
+        return 2
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        print(f"{title}: {len(specs)} architecture(s) on {runner.device_kind} "
+              f"({args.device}), levels {','.join(levels)}, -j {args.jobs} -> {runner.output}", file=sys.stderr)
+        results = runner.run()
+    except KeyboardInterrupt:
+        print(f"\nhf-neuron compat: interrupted; finished architectures are in {runner.output} "
+              "(continue with --resume)", file=sys.stderr)
+        return 130
+    except FatalRunError as exc:
+        print(f"hf-neuron compat: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return specs, runner, results
+
+
 def _images_handler(args, compatibility: Path | None) -> int:
     """``hf-neuron compat --images``: the image-text-to-text run and its table (compatibility/images.md)."""
-    from hf_neuron.compat import archs, image_report
+    from hf_neuron.compat import archs, image_report, report
     from hf_neuron.compat import results as R
-    from hf_neuron.compat.runner import FatalRunError, RunConfig, Runner, default_output
+    from hf_neuron.compat.runner import default_output
 
     default_page = compatibility / "images.md" if compatibility else None
     if args.all:
@@ -354,39 +367,15 @@ def _images_handler(args, compatibility: Path | None) -> int:
             print("hf-neuron compat: error: not a source checkout, so there is no compatibility/images.md: give "
                   "--readme PATH", file=sys.stderr)
             return 2
-        files = [args.output] if args.output else image_report.results_files(default_output(args.device, True).parent)
+        files = [args.output] if args.output else report.results_files(default_output(args.device, True).parent)
         image_report.update_page(page, files)
         print(f"regenerated {page} from {len(files)} results file(s)")
         return 0
-    try:
-        levels = _levels(args.levels)
-        if args.jobs < 1:
-            raise ValueError("-j must be at least 1")
-        if args.timeout <= 0:
-            raise ValueError("--timeout must be positive")
-        specs = archs.select_images(args.arch.split(",") if args.arch else None, quick=args.quick)
-        config = RunConfig(specs=specs, device=args.device, levels=levels, output=args.output, jobs=args.jobs,
-                           timeout=args.timeout, resume=args.resume, rerun_failed=args.rerun_failed,
-                           progress=not args.no_progress and sys.stderr.isatty(), keep_workdir=args.keep_workdir,
-                           images=True)
-        runner = Runner(config)
-    except (ValueError, FileNotFoundError, FatalRunError) as exc:
-        print(f"hf-neuron compat: error: {exc}", file=sys.stderr)
-        return 2
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        print(f"hf-neuron compat --images: {len(specs)} architecture(s) on {runner.device_kind} ({args.device}), "
-              f"levels {','.join(levels)}, -j {args.jobs} -> {runner.output}", file=sys.stderr)
-        results = runner.run()
-    except KeyboardInterrupt:
-        print(f"\nhf-neuron compat: interrupted; finished architectures are in {runner.output} "
-              "(continue with --resume)", file=sys.stderr)
-        return 130
-    except FatalRunError as exc:
-        print(f"hf-neuron compat: error: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    ran = _run_sweep(args, lambda names: archs.select_images(names, quick=args.quick), "hf-neuron compat --images",
+                     images=True)
+    if isinstance(ran, int):
+        return ran
+    specs, runner, results = ran
     names = {s.model_type for s in specs}
     recorded = [r for r in results["architectures"] if r["model_type"] in names]
     compiled = sum(1 for r in recorded if R.passes_compiled(r))
@@ -400,7 +389,7 @@ def _images_handler(args, compatibility: Path | None) -> int:
     if page is None and not args.no_readme and runner.output.resolve() == default_output(args.device, True).resolve():
         page = default_page
     if page is not None and not args.no_readme:
-        files = image_report.results_files(runner.output.parent) if page == default_page else [runner.output]
+        files = report.results_files(runner.output.parent) if page == default_page else [runner.output]
         image_report.update_page(Path(page), files)
         print(f"regenerated {page} from {len(files)} results file(s)")
     if args.check and any(R.has_failure(r) for r in recorded):

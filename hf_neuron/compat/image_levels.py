@@ -80,7 +80,6 @@ class ImageArchRun(ArchRun):
 
     # ---- L1 --------------------------------------------------------------------------------
     def level_l1(self) -> dict:
-        import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         from hf_neuron.tiny_models.vision import save_tiny_vision_model, vision_recipe
@@ -91,22 +90,8 @@ class ImageArchRun(ArchRun):
             reason, op = describe_exception(exc, stage="tiny model")
             raise LevelFailure(reason, op or "hf_neuron.tiny_models.vision") from exc
         self.processor = AutoProcessor.from_pretrained(self.model_dir)
-        self.stage("load on CPU")
-        self.cpu_model = AutoModelForImageTextToText.from_pretrained(self.model_dir, dtype=torch.float32).eval()
+        self.load_cpu_and_device(AutoModelForImageTextToText)
         self.record["model_class"] = type(self.cpu_model).__name__
-        self.stage(f"from_pretrained(device_map={self.device!r})")
-        try:
-            self.dev_model = AutoModelForImageTextToText.from_pretrained(
-                self.model_dir, dtype=torch.float32, device_map=self.device).eval()
-        except Exception as exc:
-            reason, op = describe_exception(exc, stage=f"from_pretrained(device_map={self.device!r})")
-            raise LevelFailure(reason, op) from exc
-        want = torch.device(self.device).type
-        off = [n for n, t in list(self.dev_model.named_parameters()) + list(self.dev_model.named_buffers())
-               if t.device.type != want]
-        if off:
-            raise LevelFailure(f"{len(off)} tensors not on {want} after device_map={self.device!r}: "
-                               + ", ".join(off[:5]), op="from_pretrained(device_map)")
         return {"parameters": sum(p.numel() for p in self.cpu_model.parameters()),
                 "tp_plan": bool(getattr(self.cpu_model, "supports_tp_plan", False)),
                 "processor": type(self.processor).__name__,

@@ -65,10 +65,6 @@ def render_section(results: dict, results_link: str | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def results_files(directory: Path) -> list[Path]:
-    return sorted(p for p in Path(directory).glob("*.json") if not p.name.startswith("."))
-
-
 def update_page(page: Path, files: list[Path]) -> Path:
     """Regenerate the marked block of ``page`` from ``files`` (one section each)."""
     page = Path(page)

@@ -223,18 +223,11 @@ class ArchRun:
         return torch.randint(low, high, (batch, length), generator=gen)
 
     # ---- L1: build and load ----------------------------------------------------------------
-    def level_l1(self) -> dict:
+    def load_cpu_and_device(self, cls) -> None:
+        """Load the tiny checkpoint with ``cls`` on CPU and with ``device_map=<device>``: every parameter and
+        buffer must land on the device, and no weight may be re-initialised (the copies would differ)."""
         import torch
-        from hf_neuron import tiny_models
 
-        try:
-            self.model_dir = Path(tiny_models.save_tiny_model(
-                self.spec.model_type, self.workdir / self.spec.model_type, seed=0))
-            cls = tiny_models.model_class_for(self.spec.model_type)
-        except Exception as exc:
-            reason, op = describe_exception(exc, stage="tiny model")
-            raise LevelFailure(reason, op or "hf_neuron.tiny_models") from exc
-        self.record["model_class"] = cls.__name__
         self.stage("load on CPU")
         self.cpu_model = cls.from_pretrained(self.model_dir, dtype=torch.float32).eval()
         self.stage(f"from_pretrained(device_map={self.device!r})")
@@ -256,6 +249,19 @@ class ArchRun:
             raise LevelFailure("tiny checkpoint reloads with missing (randomly re-initialised) weights, so "
                                "device and CPU copies differ: " + ", ".join(missing[:5]),
                                op="save_tiny_model/from_pretrained")
+
+    def level_l1(self) -> dict:
+        from hf_neuron import tiny_models
+
+        try:
+            self.model_dir = Path(tiny_models.save_tiny_model(
+                self.spec.model_type, self.workdir / self.spec.model_type, seed=0))
+            cls = tiny_models.model_class_for(self.spec.model_type)
+        except Exception as exc:
+            reason, op = describe_exception(exc, stage="tiny model")
+            raise LevelFailure(reason, op or "hf_neuron.tiny_models") from exc
+        self.record["model_class"] = cls.__name__
+        self.load_cpu_and_device(cls)
         n_params = sum(p.numel() for p in self.cpu_model.parameters())
         tp_plan = bool(getattr(self.cpu_model, "supports_tp_plan", False))
         details = {"parameters": n_params, "tp_plan": tp_plan, "multimodal_text_only": self.spec.kind == KIND_MULTIMODAL}
