@@ -68,6 +68,8 @@ PROMISE_TESTS = (
     "tests/transformers/models/test_cache_length_positions.py",
     "tests/transformers/generation/test_padding_positions.py",
     "tests/transformers/generation/test_image_inputs.py",
+    "tests/transformers/generation/test_vision_grid.py",
+    "tests/transformers/models/test_qwen3_vl.py",
     "tests/tiny_models/test_vision_models.py",
     "tests/transformers/models/test_inkling.py",
     "tests/transformers/tensor_parallel/test_fused_tensors.py",

@@ -8,7 +8,8 @@ processor by :mod:`hf_neuron.tiny_models.vision`, loaded twice), on prompts that
 - L2 eager forward of a prompt with an image: logits within a tight tolerance of CPU.
 - L3 greedy ``generate`` with the Neuron defaults of prompts with an image at two image sizes, at batch
   1 and 2: the CPU tokens, and per batch size at most the text decoder's 2 graphs plus one vision-tower
-  graph per processed image size (the processor's resize is the bucket).
+  graph per image bucket: the processed size (a fixed-size processor's resize gives one), or for a
+  tower that takes the images' grid, the padded patch count (:mod:`hf_neuron.transformers.generation.vision_grid`).
 - L4 one training step on a prompt with an image, eager and compiled: loss and gradients as on CPU.
 - L5 (``hf_neuron.compat.tp_worker``) tensor parallel TP=2 under torchrun, on a prompt with an image, equals
   a single device (logits and greedy tokens), where the model has a TP plan.
@@ -22,9 +23,11 @@ from hf_neuron.compat import levels as text_levels
 from hf_neuron.compat import results as R
 from hf_neuron.compat.levels import ArchRun, LevelFailure, describe_exception
 from hf_neuron.graphs import count_graphs
+from hf_neuron.transformers.generation.vision_grid import vision_bucket
 
-#: Two image sizes (height, width) of different aspect ratios; a fixed-size processor gives both one shape.
-IMAGE_SIZES = ((40, 30), (64, 96))
+#: Three image sizes (height, width) of different aspect ratios; a fixed-size processor gives all one shape,
+#: and the third has fewer patches than the second but the same bucket of patch counts.
+IMAGE_SIZES = ((40, 30), (64, 96), (48, 48))
 PROMPTS = {1: ["The quick brown fox jumps over"], 2: ["The", "The quick brown fox jumps over the lazy dog again"]}
 TEXT_GRAPHS_PER_BATCH = text_levels.L3_GRAPHS_PER_SHAPE
 #: Room for the image tokens of tiling processors (a few tiles of 16 patches each) besides the text.
@@ -32,7 +35,7 @@ L3_MAX_CACHE_LEN = 128
 L3_CHECK = (f"greedy generate of prompts with an image at {' and '.join(f'{h}x{w}' for h, w in IMAGE_SIZES)} "
             f"pixels, at batch 1 and (left-padded) batch 2, max_cache_len {L3_MAX_CACHE_LEN}, prefill "
             f"chunk {text_levels.L3_PREFILL_CHUNK}: tokens equal CPU, at most {TEXT_GRAPHS_PER_BATCH} text graphs "
-            "plus one vision-tower graph per processed image size, per batch size")
+            "plus one vision-tower graph per image bucket (processed size, or padded patch count), per batch size")
 NO_RECIPE = ("not tested yet: hf_neuron.tiny_models.vision has no tiny checkpoint recipe for it (a processor sized "
              "to match a tiny vision tower)")
 
@@ -133,12 +136,13 @@ class ImageArchRun(ArchRun):
         text_levels._reset_compiler()
         runs, per_batch, mismatches = [], {}, []
         for batch in sorted(PROMPTS):
-            counts = per_batch.setdefault(batch, {"text": 0, "vision": 0, "image_shapes": []})
+            counts = per_batch.setdefault(batch, {"text": 0, "vision": 0, "image_buckets": []})
             for size in IMAGE_SIZES:
                 inputs = self._inputs(batch, size)
                 shape = list(inputs["pixel_values"].shape)
-                if shape not in counts["image_shapes"]:
-                    counts["image_shapes"].append(shape)
+                bucket = vision_bucket(self.dev_model, inputs["pixel_values"], inputs.get("image_grid_thw"))
+                if bucket not in counts["image_buckets"]:
+                    counts["image_buckets"].append(bucket)
                 with torch.no_grad():
                     ref = self.cpu_model.generate(**inputs, **common)
                 self.stage(f"generate with a {size[0]}x{size[1]} image on device: batch {batch}")
@@ -160,7 +164,7 @@ class ImageArchRun(ArchRun):
                    "graphs_per_batch": {str(b): c["text"] + c["vision"] for b, c in per_batch.items()},
                    "text_graphs_per_batch": {str(b): c["text"] for b, c in per_batch.items()},
                    "vision_graphs_per_batch": {str(b): c["vision"] for b, c in per_batch.items()},
-                   "image_buckets_per_batch": {str(b): len(c["image_shapes"]) for b, c in per_batch.items()},
+                   "image_buckets_per_batch": {str(b): len(c["image_buckets"]) for b, c in per_batch.items()},
                    "max_cache_len": L3_MAX_CACHE_LEN, "prefill_chunk_size": text_levels.L3_PREFILL_CHUNK}
         if path == text_levels.PATH_EAGER:
             details["eager_reason"] = eager_reason or "generate did not call a compiled forward"
@@ -171,11 +175,11 @@ class ImageArchRun(ArchRun):
             exc.details = details
             raise exc
         for batch, c in per_batch.items():
-            allowed = TEXT_GRAPHS_PER_BATCH + len(c["image_shapes"])
+            allowed = TEXT_GRAPHS_PER_BATCH + len(c["image_buckets"])
             if c["text"] + c["vision"] > allowed:
                 exc = LevelFailure(
                     f"generate with images compiled {c['text']} text and {c['vision']} vision graphs at batch {batch} "
-                    f"(at most {TEXT_GRAPHS_PER_BATCH} text graphs plus one per processed image size: {allowed})",
+                    f"(at most {TEXT_GRAPHS_PER_BATCH} text graphs plus one per image bucket: {allowed})",
                     op="generate")
                 exc.details = details
                 raise exc

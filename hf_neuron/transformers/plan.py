@@ -54,15 +54,20 @@ class PlannedGraph:
 
     kind: str  # "prefill", "decode", "train" or "vision"
     batch_size: int
-    tokens: int  # for "vision": the image's pixels, height x width
+    tokens: int  # for "vision": the image's pixels, height x width (or the bucket's patches, see below)
     count: int
     image_size: tuple[int, int] | None = None  # "vision" only: (height, width) of the processed image
+    #: "vision" of a tower that takes the images' grid: the graph is the bucket of patch counts, for these sizes
+    bucket_of: tuple[tuple[int, int], ...] = ()
 
     @property
     def input_ids(self) -> list[int]:
         return [self.batch_size, self.tokens]
 
     def describe(self) -> str:
+        if self.kind == "vision" and self.bucket_of:
+            sized = ", ".join(f"{h}x{w}" for h, w in self.bucket_of)
+            return f"patches [{self.tokens}] (batch {self.batch_size} of {sized})"
         if self.kind == "vision":
             return f"pixel_values [{self.batch_size}, 3, {self.image_size[0]}, {self.image_size[1]}]"
         return f"input_ids [{self.batch_size}, {self.tokens}]"
@@ -230,8 +235,10 @@ def _trace_vision(vlm, batch_size: int, image_size: tuple[int, int], dtype) -> t
 
 
 def _plan_vision(plan: Plan, config, torch_dtype, sizes, image_sizes, tp: int) -> None:
-    """Add the vision tower's graphs (one per batch size and image size) and weights to ``plan``."""
+    """Add the vision tower's graphs (one per batch size and image size, or bucket) and weights to ``plan``."""
     from transformers import AutoModelForImageTextToText
+
+    from hf_neuron.transformers.generation.vision_grid import grid_tower
 
     with torch.device("meta"):
         vlm = AutoModelForImageTextToText.from_config(config, dtype=torch_dtype)
@@ -243,6 +250,10 @@ def _plan_vision(plan: Plan, config, torch_dtype, sizes, image_sizes, tp: int) -
                               "--image-size HxW per processed size to plan its vision graphs")
             return
         image_sizes = [native]
+    tower = grid_tower(vlm.model)
+    if tower is not None:
+        _plan_grid_vision(plan, tower, sizes, image_sizes)
+        return
     untraced = None
     for batch in sizes:
         for image_size in image_sizes:
@@ -260,6 +271,25 @@ def _plan_vision(plan: Plan, config, torch_dtype, sizes, image_sizes, tp: int) -
     if untraced:
         plan.notes.append(f"vision tower not traced on the meta device ({untraced}): one graph per size assumed, "
                           "activations not included")
+
+
+def _plan_grid_vision(plan: Plan, tower, sizes, image_sizes) -> None:
+    """A tower that takes the images' grid (Qwen-VL) compiles once per batch size and bucket of patch
+    counts (:mod:`hf_neuron.transformers.generation.vision_grid`), whatever the sizes in a bucket."""
+    from hf_neuron.transformers.generation.vision_grid import bucket_patches, merge_unit
+
+    patch = int(tower.config.patch_size)
+    unit = merge_unit(tower)
+    for batch in sizes:
+        buckets: dict[int, list[tuple[int, int]]] = {}
+        for height, width in image_sizes:
+            patches = batch * (height // patch) * (width // patch)  # one image per prompt
+            buckets.setdefault(bucket_patches(max(patches, 1), unit), []).append((height, width))
+        for bucket, members in buckets.items():
+            plan.graphs.append(PlannedGraph("vision", batch, bucket, 1, members[0], bucket_of=tuple(members)))
+    plan.notes.append(f"this vision tower takes the images' grid: it compiles once per batch size and bucket of patch "
+                      f"counts (1, 2, 3, 4, 6, 8, 12... merged tokens of {unit} patches of {patch}x{patch} pixels), "
+                      "the images' patches padded to the bucket; image sizes in one bucket share its graph")
 
 
 def _planned_model(config, dtype, tp: int):

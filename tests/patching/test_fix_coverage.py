@@ -47,6 +47,12 @@ COVERAGE = {
     "static-cache-falcon-kv-heads": "transformers/models/test_falcon.py::test_falcon_generates_the_cpu_tokens_on_neuron",
     "generate-compiled-image-encoder":
         "transformers/generation/test_image_inputs.py::test_without_the_encoder_fix_the_vision_tower_runs_uncompiled",
+    "generate-vision-grid-static-graph":
+        "transformers/generation/test_vision_grid.py::test_without_the_fix_a_qwen2_vl_tower_breaks_into_many_graphs",
+    "qwen3-vl-deepstack-static-merge":
+        "transformers/models/test_qwen3_vl.py::test_generate_from_images_compiles_two_text_graphs_with_the_cpu_tokens",
+    "qwen3-vl-moe-deepstack-static-merge":
+        "transformers/models/test_qwen3_vl.py::test_generate_from_images_compiles_two_text_graphs_with_the_cpu_tokens",
     "generate-image-prompts-compile-the-decoder":
         "transformers/generation/test_image_inputs.py::test_without_the_decoder_fix_a_chunk_of_image_tokens_is_another_graph",
     "generate-compiles-every-model-type":

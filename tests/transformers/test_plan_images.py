@@ -36,3 +36,15 @@ def test_the_vision_tower_weights_are_counted(llava_dir):
 def test_image_sizes_for_a_text_model_are_refused(tiny_llama_dir):
     with pytest.raises(PlanError, match="takes no images"):
         plan_generation(tiny_llama_dir, [1], max_cache_len=64, image_sizes=[(32, 32)])
+
+
+def test_a_grid_tower_is_planned_per_bucket_of_patch_counts(tmp_path):
+    qwen = save_tiny_vision_model("qwen2_vl", tmp_path / "qwen2_vl")
+    # 8x8-pixel patches merged 2x2: 16, 48 and 36 patches, the last two in the bucket of 48.
+    plan = plan_generation(qwen, [1, 2], max_cache_len=128, prefill_chunk_size=16,
+                           image_sizes=[(32, 32), (32, 96), (48, 48)])
+    vision = [(g.batch_size, g.tokens, g.bucket_of) for g in plan.graphs if g.kind == "vision"]
+    assert vision == [(1, 16, ((32, 32),)), (1, 48, ((32, 96), (48, 48))),
+                      (2, 32, ((32, 32),)), (2, 96, ((32, 96), (48, 48)))]
+    assert "patches [48] (batch 1 of 32x96, 48x48)" in plan.render()
+    assert any("bucket of patch counts" in note for note in plan.notes)

@@ -26,7 +26,7 @@ import torch
 
 from hf_neuron.devices import model_on_neuron
 from hf_neuron.patching import fix, original, wrap
-from hf_neuron.transformers.generation import recompile_limit
+from hf_neuron.transformers.generation import recompile_limit, vision_grid
 
 GENERATION_MODULE = "transformers.generation.utils"
 ENCODER_FIX = "generate-compiled-image-encoder"
@@ -99,6 +99,9 @@ def _encode_compiled(original_fn, self, model_kwargs, *args, **kwargs):
     config = _compile_config(self)
     compiled = base.__dict__.setdefault("_hf_neuron_compiled_encoders", {})
     install_output_hooks_before_tracing(self)
+    tower = vision_grid.grid_tower(base) if vision_grid.active() else None
+    if tower is not None:
+        return _encode_with_static_grid(original_fn, self, tower, config, model_kwargs, *args, **kwargs)
     installed = []
     for modality in _MODALITIES:
         name = f"get_{modality}_features"
@@ -117,6 +120,21 @@ def _encode_compiled(original_fn, self, model_kwargs, *args, **kwargs):
     finally:
         for name in installed:
             base.__dict__.pop(name, None)
+
+
+def _encode_with_static_grid(original_fn, self, tower, config, model_kwargs, *args, **kwargs):
+    """The encoding step with ``tower`` (a tower that takes the images' grid) compiled alone, on padded
+    and precomputed inputs (:mod:`.vision_grid`); the features functions around it run as device ops."""
+    entry = tower.__dict__.get("_hf_neuron_static_grid")
+    if entry is None or entry[0] != config:
+        compiled = torch.compile(type(tower).forward.__get__(tower), **config.to_dict())
+        entry = tower.__dict__["_hf_neuron_static_grid"] = (config, vision_grid.static_grid_forward(tower, compiled))
+    vision_grid.record_helpers_of(tower)
+    tower.forward = entry[1]
+    try:
+        return original_fn(self, model_kwargs, *args, **kwargs)
+    finally:
+        del tower.forward
 
 
 @fix(ENCODER_FIX, "transformers", _encoder_runs_uncompiled, waits_for=GENERATION_MODULE)

@@ -1,0 +1,404 @@
+"""Dynamic-resolution vision towers in one graph per patch-count bucket.
+
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, GLM-4V and others resize an image to any multiple of the
+patch size within a pixel budget and hand their vision tower the flattened patches with the image's
+grid (``grid_thw``: frames, rows, columns of patches). The tower's forward first derives tensors from
+the grid with Python loops and ``.tolist()`` (rotary position ids, attention segment boundaries,
+window order, position-embedding interpolation), and its non-flash attention splits the patches per
+image with ``.tolist()``. Compiled, that is a graph break per derived tensor and per layer, and each
+image size a new set of graphs: 24 to 33 graphs for two image sizes at batch 1 on the tiny models.
+
+Transformers already lets a caller pass the derived tensors precomputed: every helper of
+``transformers.vision_utils`` (and ``get_max_seqlen``) pops its result from the forward's ``kwargs``
+when present. ``generate-vision-grid-static-graph`` builds on that:
+
+1. **Precompute outside the graph.** The tower's forward runs eagerly up to its first sub-module call,
+   with the helpers recording what they compute and under which keyword they would have taken it.
+2. **Attention without a per-image split.** During the call the tower uses ``STATIC_VARLEN``, a
+   registered attention function that reads the segment boundaries (``cu_seqlens``) like flash
+   attention's variable-length path and computes them as a block-diagonal mask of static shape.
+3. **Pad to a bucket.** The patches of a call are padded to the next bucket of patch counts
+   (:func:`bucket_patches`: 1, 2, 3, 4, 6, 8, 12, 16, 24... merged tokens, the steps of 2 and 3 times
+   powers of two, so at most a third of a call is padding). The padding is its own attention segment
+   and window, so it never mixes with the image's patches, and the outputs are cut back to the real
+   rows: the features equal the unpadded ones. Every tensor the graph takes then has a shape set by
+   the bucket alone, whatever the images' sizes and aspect ratios.
+4. **Compile the tower's forward** with generation's compile config: one graph per bucket (and number
+   of images in the call).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+
+import torch
+
+from hf_neuron.patching import fix, wrap
+
+logger = logging.getLogger(__name__)
+
+GRID_FIX = "generate-vision-grid-static-graph"
+#: The attention implementation the tower uses inside its compiled forward (a name with "flash" in it is
+#: what makes Transformers' vision attention pass segment boundaries instead of splitting per image).
+STATIC_VARLEN = "hf_neuron_flash_varlen_static"
+_HELPER_MODULES = ("transformers.vision_utils", "transformers.utils.generic")
+#: Multipliers of a power of two that make the buckets (in merged tokens): 1, 2, 3, 4, 6, 8, 12, 16...
+_BUCKET_STEPS = (2, 3)
+
+#: This thread's recording of the grid helpers: ``recording`` (a dict while a tower's helpers are
+#: recorded, else absent) and ``depth`` (helpers calling helpers record once, at the outermost call).
+_local = threading.local()
+
+
+class PrecomputeUnavailable(Exception):
+    """The tower derives something from the grid that cannot be passed precomputed (or padded)."""
+
+
+# ----------------------------------------------------------------------------- buckets
+
+
+def bucket_patches(patches: int, unit: int) -> int:
+    """The bucket of a call of ``patches`` patches, in patches: ``unit`` (the merge of spatial_merge_size**2
+    patches into one token) times the smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24... at or above the merged count."""
+    if patches <= 0 or unit <= 0:
+        raise ValueError(f"patches and unit must be positive, got {patches} and {unit}")
+    merged = -(-patches // unit)
+    if merged <= 2:
+        return merged * unit
+    power = 1
+    while True:
+        for step in _BUCKET_STEPS:
+            if step * power >= merged:
+                return step * power * unit
+        power *= 2
+
+
+def merge_unit(tower) -> int:
+    """How many patches a tower merges into one token (spatial_merge_size squared; 1 without merging)."""
+    size = getattr(tower, "spatial_merge_size", None) or getattr(tower.config, "spatial_merge_size", None) or 1
+    return int(size) ** 2
+
+
+def grid_tower(base_model):
+    """The vision tower of ``base_model`` that takes a ``grid_thw`` (a direct sub-module), or None."""
+    for module in base_model.children():
+        forward = getattr(type(module), "forward", None)
+        if forward is None:
+            continue
+        try:
+            parameters = inspect.signature(forward).parameters
+        except (TypeError, ValueError):
+            continue
+        if "grid_thw" in parameters:
+            return module
+    return None
+
+
+def vision_bucket(model, pixel_values, image_grid_thw=None):
+    """What decides the vision graph of a call of ``model``'s image encoder on neuron: the padded patch
+    count for a grid tower, otherwise the processed pixel values' shape."""
+    tower = grid_tower(model.base_model) if image_grid_thw is not None else None
+    if tower is None:
+        return tuple(pixel_values.shape)
+    unit = merge_unit(tower)
+    return ("patches", bucket_patches(int(pixel_values.shape[0]), unit), int(image_grid_thw.shape[0]))
+
+
+# ----------------------------------------------------------------------------- recording the helpers
+
+
+class _PopProbe(dict):
+    """The caller's kwargs as a helper sees them: records which keys it pops."""
+
+    def __init__(self, source):
+        super().__init__(source)
+        self.popped: list[str] = []
+
+    def pop(self, key, *default):
+        if key not in self.popped:
+            self.popped.append(key)
+        return super().pop(key, *default)
+
+
+def _recorded_helper(original_fn, *args, **kwargs):
+    if torch.compiler.is_compiling():  # inside the graph the helpers only hand back what was precomputed
+        return original_fn(*args, **kwargs)
+    recording = getattr(_local, "recording", None)
+    depth = getattr(_local, "depth", 0)
+    if recording is None or depth:
+        return original_fn(*args, **kwargs)
+    caller = kwargs.get("kwargs")
+    if caller is None:
+        recording.setdefault("_unavailable", []).append(original_fn.__name__)
+        return original_fn(*args, **kwargs)
+    probe = _PopProbe(caller)
+    kwargs["kwargs"] = probe
+    _local.depth = depth + 1
+    try:
+        result = original_fn(*args, **kwargs)
+    finally:
+        _local.depth = depth
+    names = [name for name in probe.popped if name not in caller]
+    for name in probe.popped:
+        caller.pop(name, None)
+    if len(names) == 1:
+        recording[names[0]] = result
+    elif names and isinstance(result, tuple) and len(result) == len(names):
+        recording.update(zip(names, result))
+    elif names:
+        recording.setdefault("_unavailable", []).append(original_fn.__name__)
+    return result
+
+
+class _Stop(Exception):
+    """Raised at the tower's first sub-module call while its helpers are recorded: the rest is not needed."""
+
+
+def _stop_at_first_module(module, args):
+    if getattr(_local, "recording", None) is not None:
+        raise _Stop
+
+
+def record_precomputed(tower, hidden_states, grid_thw, **kwargs) -> dict:
+    """Run ``tower``'s forward eagerly up to its first sub-module call and return what its grid helpers
+    computed, keyed by the keyword each takes precomputed (:func:`record_helpers_of` first)."""
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    recording: dict = {}
+    handle = register_module_forward_pre_hook(_stop_at_first_module)
+    _local.recording = recording
+    try:
+        with torch.no_grad():
+            type(tower).forward(tower, hidden_states, grid_thw, **kwargs)
+    except _Stop:
+        pass
+    finally:
+        _local.recording = None
+        handle.remove()
+    unavailable = recording.pop("_unavailable", None)
+    if unavailable:
+        raise PrecomputeUnavailable(f"{', '.join(unavailable)} cannot take its result precomputed")
+    return recording
+
+
+# ----------------------------------------------------------------------------- padding to the bucket
+
+
+def _cu_padded(cu: torch.Tensor, bucket: int, length: int) -> torch.Tensor:
+    tail = torch.full((length - cu.shape[0],), bucket, dtype=cu.dtype, device=cu.device)
+    return torch.cat([cu, tail])
+
+
+def pad_precomputed(precomputed: dict, patches: int, bucket: int, unit: int) -> dict:
+    """``precomputed`` for ``bucket`` patches instead of ``patches``: the padding is one more attention
+    segment and window, with position 0, and every tensor has a shape set by the bucket alone."""
+    padded = {}
+    pad = bucket - patches
+    # Segment boundaries: one per image (or window) of at least one merged token, plus the padding.
+    length = bucket // unit + 2
+    for name, value in precomputed.items():
+        if name in ("cu_seqlens", "cu_window_seqlens") and isinstance(value, torch.Tensor):
+            padded[name] = _cu_padded(value, bucket, length)
+        elif name in ("max_seqlen", "max_window_seqlen"):
+            padded[name] = None if value is None else bucket
+        elif name in ("position_ids", "interp_indices", "interp_weights") and isinstance(value, torch.Tensor):
+            if value.shape[0] != patches:
+                raise PrecomputeUnavailable(f"{name} has {value.shape[0]} rows for {patches} patches")
+            padded[name] = torch.cat([value, value.new_zeros((pad, *value.shape[1:]))])
+        elif name == "window_index" and isinstance(value, torch.Tensor):
+            tail = torch.arange(patches // unit, bucket // unit, dtype=value.dtype, device=value.device)
+            padded[name] = torch.cat([value, tail])
+        else:
+            raise PrecomputeUnavailable(f"no padded form for the precomputed {name!r}")
+    return padded
+
+
+def _cut(value, bucket: int, patches: int, unit: int):
+    if isinstance(value, torch.Tensor) and value.dim() and bucket != patches:
+        if value.shape[0] == bucket:
+            return value[:patches]
+        if unit > 1 and value.shape[0] == bucket // unit:
+            return value[: patches // unit]
+        return value
+    if isinstance(value, (list, tuple)):
+        cut = [_cut(v, bucket, patches, unit) for v in value]
+        return type(value)(cut) if isinstance(value, tuple) and not hasattr(value, "_fields") else cut
+    return value
+
+
+def cut_outputs(outputs, bucket: int, patches: int, unit: int):
+    """The tower's outputs without the padding rows (per patch, or per merged token)."""
+    for key in list(outputs.keys()):
+        outputs[key] = _cut(outputs[key], bucket, patches, unit)
+    return outputs
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+def static_varlen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                            cu_seq_lens_q=None, cu_seq_lens_k=None, is_causal=False, **kwargs):
+    """Attention within the segments ``cu_seq_lens_q`` bounds, as one masked attention of static shape.
+
+    Takes what Transformers hands a flash attention's variable-length path (queries of shape
+    ``(1, heads, tokens, head_dim)`` and cumulative segment boundaries) and returns its layout,
+    ``(1, tokens, heads, head_dim)``. Boundaries repeated at the end are empty segments."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if cu_seq_lens_q is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                      dropout=dropout, is_causal=is_causal, **kwargs)
+    tokens = query.shape[2]
+    positions = torch.arange(tokens, device=query.device)
+    segment = (positions[:, None] >= cu_seq_lens_q[None, 1:].to(positions.dtype)).sum(-1)
+    mask = (segment[:, None] == segment[None, :])[None, None]
+    if key.shape[1] != query.shape[1]:
+        repeat = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(repeat, dim=1), value.repeat_interleave(repeat, dim=1)
+    output = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout if module.training else 0.0, scale=scaling)
+    return output.transpose(1, 2).contiguous(), None
+
+
+def register_static_varlen() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(STATIC_VARLEN, static_varlen_attention)
+
+
+class _StaticVarlenAttention:
+    """The tower's config uses :data:`STATIC_VARLEN` while the block runs (a user's flash choice is kept)."""
+
+    def __init__(self, tower):
+        self.config = tower.config
+        self.previous = None
+
+    def __enter__(self):
+        self.previous = self.config._attn_implementation
+        if self.previous in (None, "eager", "sdpa"):
+            register_static_varlen()
+            self.config._attn_implementation = STATIC_VARLEN
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous in (None, "eager", "sdpa"):
+            self.config._attn_implementation = self.previous
+        return False
+
+
+# ----------------------------------------------------------------------------- the compiled forward
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(tower_name: str, error: Exception) -> None:
+    if tower_name not in _warned:
+        _warned.add(tower_name)
+        logger.warning("hf_neuron: %s derives tensors from the image grid that cannot be computed before the graph "
+                       "(%s): its compiled forward breaks into several graphs per image size", tower_name, error)
+
+
+def static_grid_forward(tower, compiled_forward):
+    """A forward for ``tower`` that runs ``compiled_forward`` on padded, precomputed inputs."""
+
+    def forward(hidden_states, grid_thw=None, **kwargs):
+        if grid_thw is None or any(name in kwargs for name in ("cu_seqlens", "position_ids")):
+            return compiled_forward(hidden_states, grid_thw, **kwargs)  # the caller precomputed: as is
+        with _StaticVarlenAttention(tower):
+            try:
+                precomputed = record_precomputed(tower, hidden_states, grid_thw, **kwargs)
+            except PrecomputeUnavailable as e:
+                _warn_once(type(tower).__name__, e)
+                return compiled_forward(hidden_states, grid_thw, **kwargs)  # upstream's graphs
+            patches = int(hidden_states.shape[0])
+            unit = merge_unit(tower)
+            bucket = bucket_patches(patches, unit)
+            try:
+                padded = pad_precomputed(precomputed, patches, bucket, unit)
+            except PrecomputeUnavailable:
+                bucket, padded = patches, precomputed  # one graph per size, still no break
+            if bucket != patches:
+                filler = hidden_states.new_zeros((bucket - patches, *hidden_states.shape[1:]))
+                hidden_states = torch.cat([hidden_states, filler])
+            outputs = compiled_forward(hidden_states, grid_thw, **kwargs, **padded)
+        return cut_outputs(outputs, bucket, patches, unit)
+
+    return forward
+
+
+# ----------------------------------------------------------------------------- the fix
+
+
+def _is_helper(value) -> bool:
+    """A grid helper of Transformers: a ``get_*`` function of the helper modules taking the caller's kwargs."""
+    value = getattr(value, "__wrapped__", value)
+    module = getattr(value, "__module__", None)
+    if module not in _HELPER_MODULES or not getattr(value, "__name__", "").startswith("get_"):
+        return False
+    try:
+        return "kwargs" in inspect.signature(value).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def record_helpers_of(tower) -> None:
+    """Make the grid helpers that ``tower``'s modeling module calls record their results (see
+    :func:`record_precomputed`); outside a recording they run as upstream's."""
+    import sys
+
+    module = sys.modules.get(type(tower).__module__)
+    if module is None:
+        return
+    for name, value in list(vars(module).items()):
+        if _is_helper(value):
+            wrap(GRID_FIX, module, name, _recorded_helper)
+
+
+def active() -> bool:
+    """Whether the fix is applied and not switched off in this process."""
+    from hf_neuron.patching import get_fix, is_enabled
+
+    return get_fix(GRID_FIX).active and is_enabled(GRID_FIX)
+
+
+def _grid_helpers_break_the_graph() -> bool:
+    """Whether Transformers' grid helpers, as a vision tower calls them, break a compiled graph.
+
+    Traces ``get_vision_position_ids`` and ``get_vision_cu_seqlens`` on a grid of two images: neither
+    traces as one graph with static shapes. Also checks what the fix relies on, that both return a
+    precomputed value handed to them in ``kwargs``."""
+    from transformers import vision_utils
+
+    from hf_neuron.patching.tracing import traces_whole
+
+    grid = torch.tensor([[1, 2, 4], [1, 4, 2]])
+    sentinel = torch.zeros(1)
+    for helper in (vision_utils.get_vision_position_ids, vision_utils.get_vision_cu_seqlens):
+        name = "position_ids" if helper is vision_utils.get_vision_position_ids else "cu_seqlens"
+        args = (grid, 2) if name == "position_ids" else (grid,)
+        if helper(*args, kwargs={name: sentinel}) is not sentinel:
+            raise RuntimeError(f"vision_utils.{helper.__name__} no longer takes {name!r} precomputed")
+    breaks = not traces_whole(lambda g: vision_utils.get_vision_position_ids(g, 2), grid)
+    return breaks or not traces_whole(lambda g: vision_utils.get_vision_cu_seqlens(g), grid)
+
+
+@fix(GRID_FIX, "transformers", _grid_helpers_break_the_graph, waits_for="transformers.vision_utils")
+def patch_static_grid_towers() -> None:
+    """Dynamic-resolution vision towers compile a graph per image size and several per call.
+
+    The towers that take a ``grid_thw`` derive rotary positions, attention segments and window order
+    from the grid with Python loops and ``.tolist()``, and split their attention per image: graph
+    breaks, and new graphs for every image size. Detected by tracing Transformers' grid helpers
+    (``get_vision_position_ids``, ``get_vision_cu_seqlens``) on a grid: they do not trace as one graph. Patch: the helpers of ``transformers.vision_utils`` and
+    ``get_max_seqlen`` can record what they compute, so that ``generate``'s compiled image encoder
+    precomputes them outside the graph, pads the call's patches to a bucket of patch counts and runs
+    the tower's compiled forward with a static-shape segment attention (see the module docstring).
+    """
+    register_static_varlen()
+
+
+__all__ = ["GRID_FIX", "STATIC_VARLEN", "bucket_patches", "grid_tower", "merge_unit", "pad_precomputed",
+           "record_precomputed", "static_grid_forward", "static_varlen_attention", "vision_bucket"]

@@ -1,0 +1,6 @@
+"""Qwen3-VL generates from images compiled: its deepstack merge with static shapes (:mod:`._deepstack`)."""
+
+from hf_neuron.transformers.models._deepstack import register_deepstack_fix
+
+FIX_NAME = register_deepstack_fix(
+    "qwen3-vl-deepstack-static-merge", "transformers.models.qwen3_vl.modeling_qwen3_vl", "Qwen3VLTextModel", "Qwen3VLModel")
