@@ -23,7 +23,7 @@ from hf_neuron.compat import levels as text_levels
 from hf_neuron.compat import results as R
 from hf_neuron.compat.levels import ArchRun, LevelFailure, describe_exception
 from hf_neuron.graphs import count_graphs
-from hf_neuron.transformers.generation.vision_grid import vision_bucket
+from hf_neuron.transformers.generation.image_inputs import vision_bucket
 
 #: Three image sizes (height, width) of different aspect ratios; a fixed-size processor gives all one shape,
 #: and the third has fewer patches than the second but the same bucket of patch counts.
@@ -140,7 +140,7 @@ class ImageArchRun(ArchRun):
             for size in IMAGE_SIZES:
                 inputs = self._inputs(batch, size)
                 shape = list(inputs["pixel_values"].shape)
-                bucket = vision_bucket(self.dev_model, inputs["pixel_values"], inputs.get("image_grid_thw"))
+                bucket = vision_bucket(self.dev_model, inputs)
                 if bucket not in counts["image_buckets"]:
                     counts["image_buckets"].append(bucket)
                 with torch.no_grad():

@@ -49,6 +49,8 @@ COVERAGE = {
         "transformers/generation/test_image_inputs.py::test_without_the_encoder_fix_the_vision_tower_runs_uncompiled",
     "generate-vision-grid-static-graph":
         "transformers/generation/test_vision_grid.py::test_without_the_fix_a_qwen2_vl_tower_breaks_into_many_graphs",
+    "generate-image-sizes-as-constants":
+        "transformers/generation/test_vision_sizes.py::test_without_the_fix_pixtrals_tower_breaks_into_many_graphs",
     "qwen3-vl-deepstack-static-merge":
         "transformers/models/test_qwen3_vl.py::test_generate_from_images_compiles_two_text_graphs_with_the_cpu_tokens",
     "qwen3-vl-moe-deepstack-static-merge":

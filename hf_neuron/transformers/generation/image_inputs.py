@@ -26,7 +26,7 @@ import torch
 
 from hf_neuron.devices import model_on_neuron
 from hf_neuron.patching import fix, original, wrap
-from hf_neuron.transformers.generation import recompile_limit, vision_grid
+from hf_neuron.transformers.generation import recompile_limit, vision_grid, vision_sizes
 
 GENERATION_MODULE = "transformers.generation.utils"
 ENCODER_FIX = "generate-compiled-image-encoder"
@@ -41,6 +41,19 @@ def has_encoded_images(model_kwargs) -> bool:
     """Whether ``generate``'s inputs hold pre-encoded image or video features."""
     outputs = model_kwargs.get("mm_encoder_outputs")
     return isinstance(outputs, dict) and any(outputs.get(m) is not None for m in _MODALITIES)
+
+
+def vision_bucket(model, inputs) -> tuple:
+    """What decides the vision-tower graph that ``generate`` compiles for ``inputs`` (a processor's output):
+    the padded patch count for a tower that takes the images' grid, the padded pixels and each image's
+    size for a tower that takes the sizes, else the processed pixel values' shape."""
+    base = model.base_model
+    grid, sizes = inputs.get("image_grid_thw"), inputs.get("image_sizes")
+    if grid is not None and vision_grid.grid_tower(base) is not None:
+        return vision_grid.vision_bucket(model, inputs["pixel_values"], grid)
+    if sizes is not None and vision_sizes.sized_tower(base) is not None:
+        return vision_sizes.vision_bucket(inputs["pixel_values"], sizes)
+    return tuple(inputs["pixel_values"].shape)
 
 
 def _compile_config(model):
@@ -99,9 +112,12 @@ def _encode_compiled(original_fn, self, model_kwargs, *args, **kwargs):
     config = _compile_config(self)
     compiled = base.__dict__.setdefault("_hf_neuron_compiled_encoders", {})
     install_output_hooks_before_tracing(self)
-    tower = vision_grid.grid_tower(base) if vision_grid.active() else None
-    if tower is not None:
-        return _encode_with_static_grid(original_fn, self, tower, config, model_kwargs, *args, **kwargs)
+    for tower, forward in ((vision_grid.grid_tower(base) if vision_grid.active() else None,
+                            vision_grid.static_grid_forward),
+                           (vision_sizes.sized_tower(base) if vision_sizes.active() else None,
+                            vision_sizes.constant_sizes_forward)):
+        if tower is not None:
+            return _encode_with_compiled_tower(original_fn, self, tower, forward, config, model_kwargs, *args, **kwargs)
     installed = []
     for modality in _MODALITIES:
         name = f"get_{modality}_features"
@@ -112,7 +128,7 @@ def _encode_compiled(original_fn, self, model_kwargs, *args, **kwargs):
         if entry is None or entry[0] != config:
             # Keyed by the compile config, as upstream keys its compiled forward; Dynamo keeps one graph
             # per input shape, which is one per processed image size.
-            entry = compiled[name] = (config, torch.compile(encoder, **config.to_dict()))
+            entry = compiled[name] = (config, torch.compile(encoder, **_compile_options(config)))
         setattr(base, name, entry[1])
         installed.append(name)
     try:
@@ -122,15 +138,25 @@ def _encode_compiled(original_fn, self, model_kwargs, *args, **kwargs):
             base.__dict__.pop(name, None)
 
 
-def _encode_with_static_grid(original_fn, self, tower, config, model_kwargs, *args, **kwargs):
-    """The encoding step with ``tower`` (a tower that takes the images' grid) compiled alone, on padded
-    and precomputed inputs (:mod:`.vision_grid`); the features functions around it run as device ops."""
-    entry = tower.__dict__.get("_hf_neuron_static_grid")
-    if entry is None or entry[0] != config:
-        compiled = torch.compile(type(tower).forward.__get__(tower), **config.to_dict())
-        entry = tower.__dict__["_hf_neuron_static_grid"] = (config, vision_grid.static_grid_forward(tower, compiled))
-    vision_grid.record_helpers_of(tower)
-    tower.forward = entry[1]
+def _compile_options(config) -> dict:
+    """``torch.compile`` options of generation's compile config, with room for one graph per image bucket."""
+    options = config.to_dict()
+    if not recompile_limit._user_set_the_limit():  # the same budget as the compiled forward's
+        options.update(recompile_limit=recompile_limit.GENERATION_RECOMPILE_LIMIT, isolate_recompiles=True)
+    return options
+
+
+def _encode_with_compiled_tower(original_fn, self, tower, make_forward, config, model_kwargs, *args, **kwargs):
+    """The encoding step with ``tower`` compiled alone, called through ``make_forward(tower, compiled)``
+    (which hands it inputs of static shapes, :mod:`.vision_grid`, :mod:`.vision_sizes`); the features
+    functions around it run as device ops."""
+    entry = tower.__dict__.get("_hf_neuron_compiled_tower")
+    if entry is None or entry[0] != config or entry[1] is not make_forward:
+        compiled = torch.compile(type(tower).forward.__get__(tower), **_compile_options(config))
+        entry = tower.__dict__["_hf_neuron_compiled_tower"] = (config, make_forward, make_forward(tower, compiled))
+    if make_forward is vision_grid.static_grid_forward:
+        vision_grid.record_helpers_of(tower)
+    tower.forward = entry[2]
     try:
         return original_fn(self, model_kwargs, *args, **kwargs)
     finally:
@@ -192,10 +218,7 @@ def _call_with_compiled_decoder(model, decoder, compile_config):
     entry = getattr(model, "_hf_neuron_decoder_call", None)
     if entry is not None and entry[0] == compile_config and entry[1] is decoder:
         return entry[2]
-    options = compile_config.to_dict()
-    if not recompile_limit._user_set_the_limit():  # the same budget as the compiled forward's
-        options.update(recompile_limit=recompile_limit.GENERATION_RECOMPILE_LIMIT, isolate_recompiles=True)
-    compiled_forward = torch.compile(decoder.forward, **options)
+    compiled_forward = torch.compile(decoder.forward, **_compile_options(compile_config))
 
     def call(*args, **kwargs):
         decoder.forward = compiled_forward

@@ -96,14 +96,10 @@ def grid_tower(base_model):
     return None
 
 
-def vision_bucket(model, pixel_values, image_grid_thw=None):
-    """What decides the vision graph of a call of ``model``'s image encoder on neuron: the padded patch
-    count for a grid tower, otherwise the processed pixel values' shape."""
-    tower = grid_tower(model.base_model) if image_grid_thw is not None else None
-    if tower is None:
-        return tuple(pixel_values.shape)
-    unit = merge_unit(tower)
-    return ("patches", bucket_patches(int(pixel_values.shape[0]), unit), int(image_grid_thw.shape[0]))
+def vision_bucket(model, pixel_values, image_grid_thw) -> tuple:
+    """What decides the graph of a grid tower's call: the bucket of its patch count, and its image count."""
+    unit = merge_unit(grid_tower(model.base_model))
+    return "patches", bucket_patches(int(pixel_values.shape[0]), unit), int(image_grid_thw.shape[0])
 
 
 # ----------------------------------------------------------------------------- recording the helpers
