@@ -31,7 +31,7 @@ IMAGE_SIZES = ((40, 30), (64, 96), (48, 48))
 PROMPTS = {1: ["The quick brown fox jumps over"], 2: ["The", "The quick brown fox jumps over the lazy dog again"]}
 TEXT_GRAPHS_PER_BATCH = text_levels.L3_GRAPHS_PER_SHAPE
 #: Room for the image tokens of tiling processors (a few tiles of 16 patches each) besides the text.
-L3_MAX_CACHE_LEN = 128
+L3_MAX_CACHE_LEN = 256
 L3_CHECK = (f"greedy generate of prompts with an image at {' and '.join(f'{h}x{w}' for h, w in IMAGE_SIZES)} "
             f"pixels, at batch 1 and (left-padded) batch 2, max_cache_len {L3_MAX_CACHE_LEN}, prefill "
             f"chunk {text_levels.L3_PREFILL_CHUNK}: tokens equal CPU, at most {TEXT_GRAPHS_PER_BATCH} text graphs "

@@ -11,7 +11,8 @@ graphs two ways:
   a chunk with none, is another graph (and the count check is a graph break).
 
 With both fixes a prompt with images compiles the vision tower once per processed image size (the
-processor's resize decides it: a fixed-size processor gives one size, so one graph), and the text
+processor's resize decides it: a fixed-size processor gives one size, so one graph; towers of
+dynamic-resolution models get buckets, :mod:`.vision_grid` and :mod:`.vision_sizes`), and the text
 decoder's prefill-chunk and decode graphs, which take the merged embeddings and so have the same shape
 whatever the chunk holds. The merge itself (an embedding lookup and a scatter) runs as device ops
 outside the graphs.
@@ -19,6 +20,7 @@ outside the graphs.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 
@@ -128,7 +130,7 @@ def _encode_compiled(original_fn, self, model_kwargs, *args, **kwargs):
         if entry is None or entry[0] != config:
             # Keyed by the compile config, as upstream keys its compiled forward; Dynamo keeps one graph
             # per input shape, which is one per processed image size.
-            entry = compiled[name] = (config, torch.compile(encoder, **_compile_options(config)))
+            entry = compiled[name] = (config, _features_compiled(base, encoder, config))
         setattr(base, name, entry[1])
         installed.append(name)
     try:
@@ -136,6 +138,51 @@ def _encode_compiled(original_fn, self, model_kwargs, *args, **kwargs):
     finally:
         for name in installed:
             base.__dict__.pop(name, None)
+
+
+def vision_tower(base):
+    """The vision tower of ``base``: its direct sub-module built from the vision config, or None."""
+    vision_config = getattr(base.config, "vision_config", None)
+    if vision_config is None:
+        return None
+    for module in base.children():
+        if type(getattr(module, "config", None)) is type(vision_config):
+            return module
+    return None
+
+
+def _features_compiled(base, encoder, config):
+    """``encoder`` (a features function of ``base``) compiled whole, or, when it does not trace as one graph,
+    run as is with only the vision tower compiled.
+
+    Some features functions drop padding tiles with a boolean mask (Idefics3) or read the tiles' count
+    from the data before the tower: compiled whole, those are graph breaks. Decided at the first call,
+    by tracing the call without compiling (:func:`hf_neuron.patching.tracing.traces_whole`); the tower
+    alone then takes tiles of a static shape, and the steps around it run as device ops."""
+    from hf_neuron.patching.tracing import traces_whole
+
+    options = _compile_options(config)
+    whole = torch.compile(encoder, **options)
+    tower = vision_tower(base)
+    decided: list[bool] = []
+
+    @functools.wraps(encoder)  # upstream reads the features function's signature
+    def features(*args, **kwargs):
+        if not decided:
+            decided.append(tower is None or traces_whole(encoder, *args, **kwargs))
+        if decided[0]:
+            return whole(*args, **kwargs)
+        compiled_tower = tower.__dict__.get("_hf_neuron_compiled_alone")
+        if compiled_tower is None or compiled_tower[0] != config:
+            compiled_tower = tower.__dict__["_hf_neuron_compiled_alone"] = (
+                config, torch.compile(type(tower).forward.__get__(tower), **options))
+        tower.forward = compiled_tower[1]
+        try:
+            return encoder(*args, **kwargs)
+        finally:
+            del tower.forward
+
+    return features
 
 
 def _compile_options(config) -> dict:
@@ -172,7 +219,10 @@ def patch_compiled_image_encoder() -> None:
     on Neuron every op of the tower is dispatched on its own. Detected by running upstream's encoding step
     on a stand-in model whose ``get_image_features`` records whether it runs compiled. Patch: for a model
     on a neuron device, the encoding step calls the features functions compiled with generation's compile
-    config (static shapes): one graph per processed image size.
+    config (static shapes): one graph per processed image size. A features function that does not trace
+    as one graph (Idefics3 drops padding tiles with a boolean mask) runs as is around its vision tower,
+    compiled alone; towers that take the images' grid or sizes are compiled alone on static inputs
+    (:mod:`.vision_grid`, :mod:`.vision_sizes`).
     """
     from transformers.generation.utils import GenerationMixin
 

@@ -89,3 +89,21 @@ def test_a_prompt_near_the_end_of_the_cache_keeps_its_image_features(llava, fres
         out = device.generate(**{k: v.to("neuron") for k, v in inputs.items()}, **greedy, max_cache_len=41,
                               prefill_chunk_size=16)
     assert torch.equal(out.cpu(), expected)
+
+
+def test_a_features_function_that_breaks_runs_around_its_tower_compiled_alone(fresh_dynamo):
+    # Idefics3 drops padding tiles with a boolean mask before its tower: compiled whole, a graph break.
+    cpu, processor = tiny_vision_model("idefics3")
+    device, _ = tiny_vision_model("idefics3")
+    device.to("neuron")
+    vision_graphs = []
+    for seed, size in enumerate(((64, 96), (48, 48))):  # 4 tiles and a global view each: one bucket
+        inputs = processor(text=["<image>The quick brown fox"], images=[[random_image(*size, seed=seed)]],
+                           return_tensors="pt")
+        with torch.no_grad():
+            expected = cpu.generate(**inputs, **GREEDY)
+        tokens, text, vision = _generate(device, inputs)
+        assert torch.equal(tokens, expected)
+        vision_graphs.append(vision)
+    assert vision_graphs == [1, 0]
+    assert device.model.vision_model.__dict__.get("_hf_neuron_compiled_alone") is not None
