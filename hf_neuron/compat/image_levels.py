@@ -26,8 +26,8 @@ from hf_neuron.graphs import count_graphs
 from hf_neuron.transformers.generation.image_inputs import vision_bucket
 
 #: Three image sizes (height, width) of different aspect ratios; a fixed-size processor gives all one shape,
-#: and the third has fewer patches than the second but the same bucket of patch counts.
-IMAGE_SIZES = ((40, 30), (64, 96), (48, 48))
+#: and for a tiny Qwen-VL the third has more patches than the second (60 vs 48) in the same bucket (64).
+IMAGE_SIZES = ((40, 30), (64, 96), (48, 80))
 PROMPTS = {1: ["The quick brown fox jumps over"], 2: ["The", "The quick brown fox jumps over the lazy dog again"]}
 TEXT_GRAPHS_PER_BATCH = text_levels.L3_GRAPHS_PER_SHAPE
 #: Room for the image tokens of tiling processors (a few tiles of 16 patches each) besides the text.
@@ -54,11 +54,12 @@ class ImageArchRun(ArchRun):
         self.processor = None
 
     def run(self, levels: list[str]) -> dict:
-        from hf_neuron.tiny_models.vision import RECIPES
+        from hf_neuron.tiny_models.vision import NO_RECIPE_BECAUSE, RECIPES
 
         if self.spec.model_type not in RECIPES:
+            because = NO_RECIPE_BECAUSE.get(self.spec.model_type)
             for lv in R.LEVELS:
-                R.set_level(self.record, lv, "skip", reason=NO_RECIPE)
+                R.set_level(self.record, lv, "skip", reason=f"{NO_RECIPE}: {because}" if because else NO_RECIPE)
             self.record["testable"] = False
             return self._finish(0.0)
         return super().run(levels)  # L5 runs in the tensor-parallel phase, as for text
@@ -69,14 +70,14 @@ class ImageArchRun(ArchRun):
         return [random_image(*size, seed=10 * batch + i) for i in range(batch)]
 
     def _inputs(self, batch: int, size: tuple[int, int]):
-        from hf_neuron.tiny_models.vision import vision_recipe
+        from hf_neuron.tiny_models.vision import float32_pixels, vision_recipe
 
         recipe = vision_recipe(self.spec.model_type)
         images = [[image] for image in self._images(batch, size)]  # one image per prompt
         inputs = self.processor(text=[recipe.prompt(text) for text in PROMPTS[batch]], images=images,
                                 return_tensors="pt", padding=True)
         inputs.pop("labels", None)  # PaliGemma's processor makes training labels: the levels set their own
-        return inputs
+        return float32_pixels(inputs)
 
     def _on(self, inputs, device):
         return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.items()}

@@ -68,13 +68,13 @@ def _image_inputs(model_type: str, model_dir: Path) -> dict:
     """A prompt with an image, through the checkpoint's own processor."""
     from transformers import AutoProcessor
 
-    from hf_neuron.tiny_models.vision import random_image, vision_recipe
+    from hf_neuron.tiny_models.vision import float32_pixels, random_image, vision_recipe
 
     processor = AutoProcessor.from_pretrained(model_dir)
     inputs = processor(text=[vision_recipe(model_type).prompt("The quick brown fox")], images=[[random_image(40, 30)]],
                        return_tensors="pt")
     inputs.pop("labels", None)
-    return dict(inputs)
+    return dict(float32_pixels(inputs))
 
 
 def compare_with_single_device(model_dir: Path, cls, device: str, world: int, inputs: dict | None = None) -> dict:

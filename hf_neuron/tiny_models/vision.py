@@ -31,7 +31,8 @@ PATCH_SIZE = 8
 class VisionRecipe:
     """How to build one architecture's tiny checkpoint and processor.
 
-    ``config``: overrides for the generic shrink (nested dicts for sub-configs). ``tokens``: config key
+    ``config``: overrides for the generic shrink (nested dicts for sub-configs), or a function returning
+    them (when building them imports Transformers). ``tokens``: config key
     of a placeholder id (or a reserved id the config does not name) -> the token name its processor looks
     up, or ``(name, tokenizer attribute)`` for a processor that reads it from the tokenizer
     (``tokenizer.image_token``). ``processor``: builds the processor
@@ -39,7 +40,7 @@ class VisionRecipe:
     which is how image sizes are bucketed (one vision-tower graph per distinct processed size).
     """
 
-    config: dict[str, Any]
+    config: dict[str, Any] | Callable[[], dict[str, Any]]
     tokens: dict[str | int, str | tuple[str, str]]
     processor: Callable[[Any, Any], Any]
     image_sizing: str
@@ -180,11 +181,116 @@ def _tiling_processor(processor_class: str, image_processor_class: str, video_pr
         images = getattr(transformers, image_processor_class)(
             do_image_splitting=True, size={"longest_edge": 2 * size}, max_image_size={"longest_edge": size})
         videos = {"video_processor": _video_processor(video_processor_class)} if video_processor_class else {}
-        return getattr(transformers, processor_class)(
-            image_processor=images, tokenizer=tokenizer, image_seq_len=(size // patch) ** 2 // config.scale_factor ** 2,
-            **videos)
+        try:
+            return getattr(transformers, processor_class)(
+                image_processor=images, tokenizer=tokenizer,
+                image_seq_len=(size // patch) ** 2 // config.scale_factor ** 2, **videos)
+        except ImportError as exc:  # SmolVLM's processor imports num2words
+            raise TinyModelError(f"{processor_class} cannot be built here: {exc} (pip install num2words)") from exc
 
     return build
+
+
+#: GLM-4V's resize counts the temporal patch (2 frames) in its pixel budget: 2 x 32x32 to 2 x 64x64 tiny.
+GLM4V_MIN_PIXELS, GLM4V_MAX_PIXELS = 2 * IMAGE_SIZE * IMAGE_SIZE, 2 * (2 * IMAGE_SIZE) ** 2
+
+
+def _glm4v_processor(config, tokenizer):
+    from transformers import Glm4vImageProcessorPil, Glm4vProcessor
+
+    vision = config.vision_config
+    sizes = {"patch_size": vision.patch_size, "merge_size": vision.spatial_merge_size,
+             "temporal_patch_size": vision.temporal_patch_size}
+    images = Glm4vImageProcessorPil(**sizes, size={"shortest_edge": GLM4V_MIN_PIXELS, "longest_edge": GLM4V_MAX_PIXELS})
+    return Glm4vProcessor(image_processor=images, tokenizer=tokenizer,
+                          video_processor=_video_processor("Glm4vVideoProcessor", **sizes))
+
+
+#: Kimi-K2.5's resize caps the patches a side and in all (512 and 16384 released): a 64x64-pixel image tiny.
+KIMI_MAX_SIDE = 2 * IMAGE_SIZE // PATCH_SIZE
+
+
+def _kimi_k25_processor(config, tokenizer):
+    from transformers import Kimi_K25ImageProcessor, Kimi_K25Processor
+
+    vision = config.vision_config
+    sizes = {"patch_size": vision.patch_size, "merge_size": vision.merge_kernel_size[0],
+             "max_patches": KIMI_MAX_SIDE ** 2, "size": {"max_height": KIMI_MAX_SIDE, "max_width": KIMI_MAX_SIDE}}
+    return Kimi_K25Processor(image_processor=Kimi_K25ImageProcessor(**sizes), tokenizer=tokenizer,
+                             video_processor=_video_processor("Kimi_K25VideoProcessor", **sizes))
+
+
+#: Muse Glimmer's cap of merged tokens per image (4096 released): a 64x64-pixel image of 16-pixel tokens tiny.
+MUSE_MAX_IMAGE_TOKENS = (2 * IMAGE_SIZE // (2 * PATCH_SIZE)) ** 2
+
+
+def _muse_glimmer_processor(config, tokenizer):
+    from transformers import MuseGlimmerImageProcessor, MuseGlimmerProcessor
+
+    vision = config.vision_config
+    sizes = {"patch_size": vision.patch_size, "merge_size": vision.merge_size,
+             "temporal_patch_size": vision.patch_temporal}
+    videos = _video_processor("MuseGlimmerVideoProcessor", **sizes, max_video_frame_tokens=MUSE_MAX_IMAGE_TOKENS)
+    return MuseGlimmerProcessor(image_processor=MuseGlimmerImageProcessor(**sizes, max_image_tokens=MUSE_MAX_IMAGE_TOKENS),
+                                video_processor=videos, tokenizer=tokenizer)
+
+
+def _gemma4_vision() -> dict:
+    """Gemma 4's default config has no vision tower (its text-only release): Gemma4VisionConfig's defaults
+    through the generic shrink, 8x8 patches pooled 2x2 (16-pixel patches pooled 3x3 released)."""
+    from transformers import Gemma4VisionConfig
+
+    # The position table is indexed by a patch's row and column: at most every patch of an image in a row.
+    sizes = {"patch_size": PATCH_SIZE, "pooling_kernel_size": 2, "position_embedding_size": GEMMA4_SOFT_TOKENS * 4}
+    return {"vision_config": _shrink_level(Gemma4VisionConfig, Gemma4VisionConfig(), tok.VOCAB_SIZE, sizes,
+                                    nested=True).to_dict()}
+
+
+#: The smallest soft-token budget Gemma 4's processor accepts (70, 140, 280, 560 or 1120; 280 released).
+GEMMA4_SOFT_TOKENS = 70
+
+
+def _gemma4_processor(config, tokenizer):
+    from transformers import Gemma4AudioFeatureExtractor, Gemma4ImageProcessorPil, Gemma4Processor
+
+    vision = config.vision_config
+    sizes = {"patch_size": vision.patch_size, "pooling_kernel_size": vision.pooling_kernel_size,
+             "max_soft_tokens": GEMMA4_SOFT_TOKENS}
+    return Gemma4Processor(feature_extractor=Gemma4AudioFeatureExtractor(), image_processor=Gemma4ImageProcessorPil(**sizes),
+                           tokenizer=tokenizer, video_processor=_video_processor("Gemma4VideoProcessor", **sizes),
+                           image_seq_length=GEMMA4_SOFT_TOKENS)
+
+
+def _llama4_processor(config, tokenizer):
+    from transformers import Llama4ImageProcessor, Llama4Processor
+
+    vision = config.vision_config
+    images = Llama4ImageProcessor(size={"height": vision.image_size, "width": vision.image_size}, max_patches=4)
+    return Llama4Processor(image_processor=images, tokenizer=tokenizer, patch_size=vision.patch_size,
+                           pixel_shuffle_ratio=vision.pixel_shuffle_ratio)
+
+
+def _mllama_processor(config, tokenizer):
+    from transformers import MllamaImageProcessorPil, MllamaProcessor
+
+    size = config.vision_config.image_size
+    images = MllamaImageProcessorPil(size={"height": size, "width": size},
+                                     max_image_tiles=config.vision_config.max_num_tiles)
+    return MllamaProcessor(image_processor=images, tokenizer=tokenizer)
+
+
+#: Florence-2's tower downsamples 32x over 4 stages: a 64-pixel image (768 released) gives 2x2 features.
+FLORENCE2_IMAGE_SIZE = 2 * IMAGE_SIZE
+
+
+def _florence2_processor(config, tokenizer):
+    from transformers import CLIPImageProcessorPil, Florence2Processor
+
+    size = FLORENCE2_IMAGE_SIZE
+    images = CLIPImageProcessorPil(size={"height": size, "width": size}, crop_size={"height": size, "width": size},
+                                   do_center_crop=False)
+    images.image_seq_length = (size // 32) ** 2 + 1  # a feature per cell plus the pooled one (577 released)
+    return Florence2Processor(image_processor=images, tokenizer=tokenizer)
 
 
 _TILING_TOKENS = {"image_token_id": "<image>", 11: "<fake_token_around_image>", 12: "<global-img>",
@@ -249,6 +355,110 @@ RECIPES: dict[str, VisionRecipe] = {
         tokens=_TILING_TOKENS, processor=_tiling_processor("Idefics3Processor", "Idefics3ImageProcessorPil", None),
         image_sizing=_TILING_SIZING,
     ),
+    "glm4v": VisionRecipe(
+        # A 4x4 learnt position table (24x24 released), resampled to each grid. The text config leaves the
+        # M-RoPE sections to the modeling default, sized for a 128-wide head: the tiny 16-wide head at a
+        # partial rotary factor of 0.5 rotates 4 pairs (time, height, width).
+        config={"vision_config": {"image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE},
+                "text_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                    "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]}}},
+        tokens={"image_token_id": ("<|image|>", "image_token"), "video_token_id": ("<|video|>", "video_token"),
+                "image_start_token_id": "<|begin_of_image|>", "image_end_token_id": "<|end_of_image|>",
+                "video_start_token_id": "<|begin_of_video|>", "video_end_token_id": "<|end_of_video|>"},
+        processor=_glm4v_processor,
+        image_sizing="dynamic resolution: resized to multiples of patch x merge (28 released, 16 tiny) within a "
+                     "pixel budget counting 2 frames, keeping the aspect ratio",
+        image_placeholder="<|begin_of_image|><|image|><|end_of_image|>",
+    ),
+    "kimi_k25": VisionRecipe(
+        # A 4x4 learnt position grid (64x64 released), resampled to each image's grid.
+        config={"vision_config": {"patch_size": PATCH_SIZE, "pos_emb_height": IMAGE_SIZE // PATCH_SIZE,
+                                  "pos_emb_width": IMAGE_SIZE // PATCH_SIZE}},
+        tokens={"image_token_id": ("<|media_pad|>", "image_token"),
+                "video_token_id": ("<|kimi_k25_video_placeholder|>", "video_token"),
+                "vision_start_token_id": "<|media_begin|>", "vision_end_token_id": "<|media_end|>",
+                9: "<|media_content|>"},
+        processor=_kimi_k25_processor,
+        image_sizing="NaViT: never upscaled, shrunk to a patch budget (16384 patches, 512 a side released; 64 and 8 "
+                     "tiny), padded to multiples of patch x merge (28 released, 16 tiny)",
+        image_placeholder="<|media_begin|>image<|media_content|><|media_pad|><|media_end|>",
+        needs_torchvision=True,  # its image processor is torchvision-backed only
+    ),
+    "muse_glimmer": VisionRecipe(
+        # The merge folds 2x2 patches into the channels: out_hidden_size is 4 vision widths. A 4x4 position
+        # grid, which is also the attention window (32x32 released).
+        config={"vision_config": {"patch_size": PATCH_SIZE, "pos_emb_height": IMAGE_SIZE // PATCH_SIZE,
+                                  "pos_emb_width": IMAGE_SIZE // PATCH_SIZE,
+                                  "max_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2},
+                "out_hidden_size": 4 * 64},
+        # The processor finds its tokens by name (two config ids, the rest on reserved ids).
+        tokens={"image_token_id": "<|patch|>", "video_token_id": "<|video|>", 7: "<|image_start|>",
+                8: "<|image_end|>", 9: "<|vid_start|>", 10: "<|vid_end|>", 11: "<|vid_frame_separator|>"},
+        processor=_muse_glimmer_processor,
+        image_sizing="dynamic resolution: resized (up or down) to the grid of patch x merge (28 released, 16 tiny) "
+                     "closest to the aspect ratio within a cap of merged tokens (4096 released, 16 tiny)",
+        image_placeholder="<|patch|>",  # the processor wraps it in <|image_start|>...<|image_end|>
+        needs_torchvision=True,  # its image processor is torchvision-backed only
+    ),
+    "smolvlm": VisionRecipe(
+        config={"vision_config": {"image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE}},
+        tokens=_TILING_TOKENS,
+        processor=_tiling_processor("SmolVLMProcessor", "SmolVLMImageProcessorPil", "SmolVLMVideoProcessor"),
+        image_sizing=_TILING_SIZING,
+    ),
+    "gemma4": VisionRecipe(
+        config=_gemma4_vision,
+        # The processor reads every marker from the tokenizer, the audio ones too (it refuses any prompt
+        # without them), and adds "<|video|>" unless the vocabulary has it.
+        tokens={"boi_token_id": ("<|image>", "boi_token"), "eoi_token_id": ("<image|>", "eoi_token"),
+                "image_token_id": ("<|image|>", "image_token"), "video_token_id": "<|video|>",
+                "boa_token_id": ("<|audio>", "boa_token"), "eoa_token_index": ("<audio|>", "eoa_token"),
+                "audio_token_id": ("<|audio|>", "audio_token")},
+        processor=_gemma4_processor,
+        image_sizing="aspect-ratio resize to a patch budget, patches padded to it: 280 soft tokens of 3x3 16-pixel "
+                     "patches released (70 of 2x2 8-pixel patches tiny)",
+        image_placeholder="<|image|>",
+    ),
+    "llama4": VisionRecipe(
+        # The default vision config does not fit together (releases set it): the pixel-shuffle MLP reads
+        # hidden / ratio**2 channels and the projector reads the tower's output width.
+        config={"vision_config": {"image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE, "hidden_size": 64,
+                                  "intermediate_size": 256, "projector_input_dim": 64, "projector_output_dim": 64,
+                                  "vision_output_dim": 64}},
+        # The prompt's <|image|> expands to the tiles' <|patch|> tokens (the config's image token) with separators.
+        tokens={"boi_token_index": "<|image_start|>", "eoi_token_index": "<|image_end|>",
+                "image_token_index": "<|patch|>", 8: "<|image|>", 9: "<|tile_x_separator|>",
+                10: "<|tile_y_separator|>"},
+        processor=_llama4_processor,
+        image_sizing="tiles of 336 released (32 tiny) on the best-fitting canvas of up to 16 tiles (4 tiny), plus a "
+                     "global tile when there are several",
+        image_placeholder="<|image|>",
+        needs_torchvision=True,  # its image processor is torchvision-backed only
+    ),
+    "mllama": VisionRecipe(
+        # The layer-index lists default to the release's (vision layers 3..30, cross-attention 3..38): the
+        # tiny layers instead; the tower's output is its width times (1 + intermediate layers).
+        config={"vision_config": {"image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE, "max_num_tiles": 4,
+                                  "intermediate_layers_indices": [0, 1], "vision_output_dim": 3 * 64},
+                "text_config": {"cross_attention_layers": [1]}},
+        tokens={"image_token_index": ("<|image|>", "image_token")},
+        processor=_mllama_processor,
+        image_sizing="tiles of 560 released (32 tiny) on the best-fitting canvas of up to 4 tiles, padded to 4",
+        image_placeholder="<|image|>",
+    ),
+    "florence2": VisionRecipe(
+        # Per-stage tuples the generic shrink does not know: one block per stage, 32-64 wide. window_size is
+        # the tower's window (12 released), the position table covers the 2x2 grid; a wider init than the
+        # default 0.02 gives tokens that depend on the image (the tiny decoder otherwise echoes its start).
+        config={"vision_config": {"depths": [1, 1, 1, 1], "embed_dim": [32, 32, 64, 64], "num_heads": [2, 2, 4, 4],
+                                  "num_groups": [2, 2, 4, 4], "window_size": 2, "max_position_embeddings": 8,
+                                  "projection_dim": 64, "drop_path_rate": 0.0, "initializer_range": 0.5},
+                "text_config": {"init_std": 0.5}},
+        tokens={"image_token_id": ("<image>", "image_token")},
+        processor=_florence2_processor,
+        image_sizing="fixed square: resize to 768x768 released (64x64 tiny), no crop",
+        image_placeholder="",  # the processor puts the image tokens before the prompt itself
+    ),
     "qwen2_vl": _qwen_vl("Qwen2VLProcessor", "Qwen2VLVideoProcessor", {"embed_dim": 64}, _QWEN2_TEXT),
     "qwen2_5_vl": _qwen_vl("Qwen2_5_VLProcessor", "Qwen2VLVideoProcessor",
                            {"fullatt_block_indexes": [1], "window_size": 32}, _QWEN2_TEXT),
@@ -256,6 +466,14 @@ RECIPES: dict[str, VisionRecipe] = {
     "qwen3_vl_moe": _qwen_vl("Qwen3VLProcessor", "Qwen3VLVideoProcessor", {"deepstack_visual_indexes": [1]}),
     "qwen3_5": _qwen_vl("Qwen3VLProcessor", "Qwen3VLVideoProcessor", {}),
     "qwen3_5_moe": _qwen_vl("Qwen3VLProcessor", "Qwen3VLVideoProcessor", {}),
+}
+
+
+#: Ranked types without a tiny recipe, and why.
+NO_RECIPE_BECAUSE = {
+    "gemma3n": "its vision tower is timm's MobileNetV5 (needs the timm package, and its sizes are timm arguments the "
+               "tiny shrink cannot reach); Transformers 5.25's chunked prefill also fails on its image output "
+               "(TimmWrapperModelOutput rebuilt without last_hidden_state)",
 }
 
 
@@ -280,6 +498,8 @@ def vision_recipe(model_type: str) -> VisionRecipe:
 
     if model_type in RECIPES:
         return RECIPES[model_type]
+    if model_type in NO_RECIPE_BECAUSE:
+        raise TinyModelError(f"no tiny image-text-to-text recipe for {model_type!r}: {NO_RECIPE_BECAUSE[model_type]}")
     if model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
         raise TinyModelError(
             f"no tiny image-text-to-text recipe for {model_type!r} yet (its processor must be sized to match "
@@ -291,7 +511,8 @@ def tiny_vision_config(model_type: str):
     """The tiny composite config of `model_type` (text decoder and vision tower shrunk together)."""
     recipe = vision_recipe(model_type)
     defaults = default_config(model_type)
-    config = _shrink_level(type(defaults), defaults, tok.VOCAB_SIZE, dict(recipe.config))
+    overrides = recipe.config() if callable(recipe.config) else recipe.config
+    config = _shrink_level(type(defaults), defaults, tok.VOCAB_SIZE, dict(overrides))
     return config
 
 
@@ -351,6 +572,17 @@ def save_tiny_vision_model(model_type: str, out_dir, *, seed: int = 0) -> pathli
             "tokenizer_fingerprint": tok.tokenizer_fingerprint()}
     (out / "tiny_model.json").write_text(json.dumps(info, indent=2) + "\n")
     return out
+
+
+def float32_pixels(inputs):
+    """``inputs`` (a processor's output) with floating tensors in float32, the tiny models' dtype: Llama 4's
+    processor returns bfloat16 pixels, the released model's dtype."""
+    import torch
+
+    for key, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float32:
+            inputs[key] = value.float()
+    return inputs
 
 
 def random_image(height: int, width: int, *, seed: int = 0):

@@ -42,10 +42,11 @@ def test_llava_generates_from_images_in_bounded_graphs_and_fails_without_the_dec
 
 
 def test_a_type_without_a_tiny_recipe_is_recorded_as_not_tested(tmp_path):
-    rc, out = _run(tmp_path, "florence", "--arch", "florence2")
-    rec = records(out)["florence2"]
+    rc, out = _run(tmp_path, "gemma3n", "--arch", "gemma3n")
+    rec = records(out)["gemma3n"]
     assert rc == 0
     assert set(rec["levels"].values()) == {"skip"} and "no tiny checkpoint recipe" in rec["skip_reasons"]["L1"]
+    assert "timm" in rec["skip_reasons"]["L1"]  # and why
 
 
 @pytest.mark.parametrize("args, message", [

@@ -79,7 +79,8 @@ def _with_dense_strides(value):
 def _prepare_inputs_with_dense_strides(original, self, *args, **kwargs):
     model_inputs = original(self, *args, **kwargs)
     for key, value in list(model_inputs.items()):
-        if isinstance(value, dict):  # per-layer-type masks of hybrid models: {"linear_attention": ..., ...}
+        if type(value) is dict:  # per-layer-type masks of hybrid models: {"linear_attention": ..., ...}
+            # (a plain dict only: an encoder's output, a ``ModelOutput``, is passed on as it is)
             model_inputs[key] = {name: _with_dense_strides(v) for name, v in value.items()}
         else:
             model_inputs[key] = _with_dense_strides(value)
@@ -373,7 +374,9 @@ def _prefill_up_to(original, self, input_ids, generation_config, model_kwargs, e
 
 
 def _prefill_on_schedule(original, self, input_ids, generation_config, model_kwargs, *args, **kwargs):
-    if generation_config.prefill_chunk_size is None:
+    # An encoder-decoder's prompt is the encoder's: its attention mask is not the decoder prompt's, whose
+    # padding the schedule would read from it.
+    if generation_config.prefill_chunk_size is None or getattr(self.config, "is_encoder_decoder", False):
         return original(self, input_ids, generation_config, model_kwargs, *args, **kwargs)
     buckets = prefill_buckets(generation_config.prefill_chunk_size)
     first = kwargs.get("is_first_iteration", args[0] if args else True)

@@ -207,7 +207,9 @@ def _prepare_generation_config_with_neuron_defaults(original, self, generation_c
         if generation_config.max_cache_len is None and "max_cache_len" not in kwargs:
             generation_config.max_cache_len = DEFAULT_MAX_CACHE_LEN
             applied.append(f"max_cache_len={DEFAULT_MAX_CACHE_LEN}")
-        if generation_config.prefill_chunk_size is None and "prefill_chunk_size" not in kwargs:
+        # An encoder-decoder's decoder prompt is its start token: nothing to prefill in chunks.
+        if (generation_config.prefill_chunk_size is None and "prefill_chunk_size" not in kwargs
+                and not getattr(self.config, "is_encoder_decoder", False)):
             buckets = resolve_prefill_buckets(None, generation_config.max_cache_len)
             generation_config.prefill_chunk_size = list(buckets) if len(buckets) > 1 else buckets[0]
             applied.append(f"prefill_chunk_size={generation_config.prefill_chunk_size}")

@@ -17,12 +17,15 @@ when present. ``generate-vision-grid-static-graph`` builds on that:
 2. **Attention without a per-image split.** During the call the tower uses ``STATIC_VARLEN``, a
    registered attention function that reads the segment boundaries (``cu_seqlens``) like flash
    attention's variable-length path and computes them as a block-diagonal mask of static shape.
-3. **Pad to a bucket.** The patches of a call are padded to the next bucket of patch counts
-   (:func:`bucket_patches`: 1, 2, 3, 4, 6, 8, 12, 16, 24... merged tokens, the steps of 2 and 3 times
-   powers of two, so at most a third of a call is padding). The padding is its own attention segment
-   and window, so it never mixes with the image's patches, and the outputs are cut back to the real
-   rows: the features equal the unpadded ones. Every tensor the graph takes then has a shape set by
-   the bucket alone, whatever the images' sizes and aspect ratios.
+3. **Pad to a bucket.** The patches of a call get one more image of zeros that fills them up to a
+   bucket of patch counts (:func:`bucket_patches`: at least one merged token of padding, rounded up to
+   1, 2, 3, 4, 6, 8, 12, 16, 24... merged tokens, the steps of 2 and 3 times powers of two, so about a
+   third of a call at most is padding). The grid gets that image too, so every tensor the tower derives
+   treats the padding as an image of its own (its own attention segment and windows): it never mixes
+   with the real patches, and the outputs are cut back to the real rows, the features of the unpadded
+   images. Segment boundaries are extended with empty segments to a length the bucket sets, so every
+   tensor the graph takes has a shape set by the bucket alone, whatever the images' sizes and aspect
+   ratios.
 4. **Compile the tower's forward** with generation's compile config: one graph per bucket (and number
    of images in the call).
 """
@@ -60,11 +63,12 @@ class PrecomputeUnavailable(Exception):
 
 
 def bucket_patches(patches: int, unit: int) -> int:
-    """The bucket of a call of ``patches`` patches, in patches: ``unit`` (the merge of spatial_merge_size**2
-    patches into one token) times the smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24... at or above the merged count."""
+    """The bucket of a call of ``patches`` patches, in patches: the patches plus at least one merged token of
+    padding (``unit`` patches, spatial_merge_size squared), rounded up to ``unit`` times the next of 1, 2, 3,
+    4, 6, 8, 12, 16, 24... (2 and 3 times powers of two)."""
     if patches <= 0 or unit <= 0:
         raise ValueError(f"patches and unit must be positive, got {patches} and {unit}")
-    merged = -(-patches // unit)
+    merged = -(-patches // unit) + 1
     if merged <= 2:
         return merged * unit
     power = 1
@@ -75,10 +79,24 @@ def bucket_patches(patches: int, unit: int) -> int:
         power *= 2
 
 
+def merge_shape(tower) -> tuple[int, int]:
+    """How many rows and columns of patches a tower merges into one token (``spatial_merge_size``, or
+    ``merge_kernel_size``); ``(1, 1)`` without merging."""
+    config = getattr(tower, "config", None)
+    size = (getattr(tower, "spatial_merge_size", None) or getattr(config, "spatial_merge_size", None)
+            or getattr(config, "merge_size", None))
+    if size:
+        return int(size), int(size)
+    kernel = getattr(config, "merge_kernel_size", None)
+    if isinstance(kernel, (list, tuple)) and len(kernel) == 2:
+        return int(kernel[0]), int(kernel[1])
+    return (int(kernel), int(kernel)) if kernel else (1, 1)
+
+
 def merge_unit(tower) -> int:
-    """How many patches a tower merges into one token (spatial_merge_size squared; 1 without merging)."""
-    size = getattr(tower, "spatial_merge_size", None) or getattr(tower.config, "spatial_merge_size", None) or 1
-    return int(size) ** 2
+    """How many patches a tower merges into one token."""
+    rows, columns = merge_shape(tower)
+    return rows * columns
 
 
 def grid_tower(base_model):
@@ -157,7 +175,7 @@ def _stop_at_first_module(module, args):
         raise _Stop
 
 
-def record_precomputed(tower, hidden_states, grid_thw, **kwargs) -> dict:
+def record_precomputed(tower, patches, grid_thw, **kwargs) -> dict:
     """Run ``tower``'s forward eagerly up to its first sub-module call and return what its grid helpers
     computed, keyed by the keyword each takes precomputed (:func:`record_helpers_of` first)."""
     from torch.nn.modules.module import register_module_forward_pre_hook
@@ -167,7 +185,7 @@ def record_precomputed(tower, hidden_states, grid_thw, **kwargs) -> dict:
     _local.recording = recording
     try:
         with torch.no_grad():
-            type(tower).forward(tower, hidden_states, grid_thw, **kwargs)
+            type(tower).forward(tower, patches, grid_thw, **kwargs)
     except _Stop:
         pass
     finally:
@@ -182,33 +200,37 @@ def record_precomputed(tower, hidden_states, grid_thw, **kwargs) -> dict:
 # ----------------------------------------------------------------------------- padding to the bucket
 
 
-def _cu_padded(cu: torch.Tensor, bucket: int, length: int) -> torch.Tensor:
-    tail = torch.full((length - cu.shape[0],), bucket, dtype=cu.dtype, device=cu.device)
-    return torch.cat([cu, tail])
+def padded_grid(hidden_states: torch.Tensor, grid_thw: torch.Tensor, bucket: int, merge: tuple[int, int]):
+    """``(hidden_states, grid_thw)`` with one more image of zeros that fills the call to ``bucket`` patches:
+    one frame, ``merge[0]`` rows and as many columns as the padding needs. Every derived tensor (positions,
+    attention segments, windows) then treats the padding as an image of its own."""
+    pad = bucket - hidden_states.shape[0]
+    rows = merge[0]
+    if pad <= 0 or pad % (rows * merge[1]):
+        raise ValueError(f"cannot pad {hidden_states.shape[0]} patches to {bucket} in merged tokens of {merge}")
+    filler = hidden_states.new_zeros((pad, *hidden_states.shape[1:]))
+    image = torch.tensor([[1, rows, pad // rows]], dtype=grid_thw.dtype, device=grid_thw.device)
+    return torch.cat([hidden_states, filler]), torch.cat([grid_thw, image])
 
 
-def pad_precomputed(precomputed: dict, patches: int, bucket: int, unit: int) -> dict:
-    """``precomputed`` for ``bucket`` patches instead of ``patches``: the padding is one more attention
-    segment and window, with position 0, and every tensor has a shape set by the bucket alone."""
-    padded = {}
-    pad = bucket - patches
-    # Segment boundaries: one per image (or window) of at least one merged token, plus the padding.
+def static_lengths(precomputed: dict, bucket: int, unit: int) -> dict:
+    """``precomputed`` with the shapes of one bucket: segment boundaries (``cu_*``) extended to one entry per
+    merged token plus two by repeating their end (empty segments), and maximum segment lengths
+    (``max_*``) set to the bucket. Every other precomputed tensor has a row per patch (or merged token)
+    already."""
     length = bucket // unit + 2
+    static = {}
     for name, value in precomputed.items():
-        if name in ("cu_seqlens", "cu_window_seqlens") and isinstance(value, torch.Tensor):
-            padded[name] = _cu_padded(value, bucket, length)
-        elif name in ("max_seqlen", "max_window_seqlen"):
-            padded[name] = None if value is None else bucket
-        elif name in ("position_ids", "interp_indices", "interp_weights") and isinstance(value, torch.Tensor):
-            if value.shape[0] != patches:
-                raise PrecomputeUnavailable(f"{name} has {value.shape[0]} rows for {patches} patches")
-            padded[name] = torch.cat([value, value.new_zeros((pad, *value.shape[1:]))])
-        elif name == "window_index" and isinstance(value, torch.Tensor):
-            tail = torch.arange(patches // unit, bucket // unit, dtype=value.dtype, device=value.device)
-            padded[name] = torch.cat([value, tail])
+        if name.startswith("cu_") and isinstance(value, torch.Tensor) and value.dim() == 1:
+            if value.shape[0] > length:
+                raise PrecomputeUnavailable(f"{name} has more than {length} entries for {bucket} patches")
+            tail = value[-1:].expand(length - value.shape[0])
+            static[name] = torch.cat([value, tail])
+        elif name.startswith("max_"):
+            static[name] = None if value is None else bucket
         else:
-            raise PrecomputeUnavailable(f"no padded form for the precomputed {name!r}")
-    return padded
+            static[name] = value
+    return static
 
 
 def _cut(value, bucket: int, patches: int, unit: int):
@@ -293,34 +315,49 @@ _warned: set[str] = set()
 def _warn_once(tower_name: str, error: Exception) -> None:
     if tower_name not in _warned:
         _warned.add(tower_name)
-        logger.warning("hf_neuron: %s derives tensors from the image grid that cannot be computed before the graph "
-                       "(%s): its compiled forward breaks into several graphs per image size", tower_name, error)
+        logger.warning("hf_neuron: %s cannot run in one graph per bucket of patch counts (%s): it compiles more "
+                       "graphs, one set per image size", tower_name, error)
+
+
+#: Set on a tower whose forward refused the padding image (the error), which then runs unpadded.
+_PADDING_REFUSED = "_hf_neuron_padding_refused"
 
 
 def static_grid_forward(tower, compiled_forward):
-    """A forward for ``tower`` that runs ``compiled_forward`` on padded, precomputed inputs."""
+    """A forward for ``tower`` that runs ``compiled_forward`` on inputs padded to a bucket, with what the
+    tower derives from the grid precomputed."""
+    parameters = [p for p in inspect.signature(type(tower).forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    first = parameters[1].name  # after self: the patches ("hidden_states" or "pixel_values")
 
-    def forward(hidden_states, grid_thw=None, **kwargs):
-        if grid_thw is None or any(name in kwargs for name in ("cu_seqlens", "position_ids")):
-            return compiled_forward(hidden_states, grid_thw, **kwargs)  # the caller precomputed: as is
+    def run(patches, grid_thw, bucket, kwargs):
+        try:
+            recorded = record_precomputed(tower, patches, grid_thw, **kwargs)
+            precomputed = static_lengths(recorded, bucket, merge_unit(tower))
+        except PrecomputeUnavailable as e:
+            _warn_once(type(tower).__name__, e)
+            precomputed = {}
+        return compiled_forward(**{first: patches, "grid_thw": grid_thw}, **kwargs, **precomputed)
+
+    def forward(*args, **kwargs):
+        kwargs.update(zip((first, "grid_thw"), args))
+        patches, grid_thw = kwargs.pop(first, None), kwargs.pop("grid_thw", None)
+        if patches is None or grid_thw is None or any(n.startswith("cu_") or n == "position_ids" for n in kwargs):
+            return compiled_forward(**{first: patches, "grid_thw": grid_thw}, **kwargs)  # precomputed by the caller
+        count, unit = int(patches.shape[0]), merge_unit(tower)
         with _StaticVarlenAttention(tower):
-            try:
-                precomputed = record_precomputed(tower, hidden_states, grid_thw, **kwargs)
-            except PrecomputeUnavailable as e:
-                _warn_once(type(tower).__name__, e)
-                return compiled_forward(hidden_states, grid_thw, **kwargs)  # upstream's graphs
-            patches = int(hidden_states.shape[0])
-            unit = merge_unit(tower)
-            bucket = bucket_patches(patches, unit)
-            try:
-                padded = pad_precomputed(precomputed, patches, bucket, unit)
-            except PrecomputeUnavailable:
-                bucket, padded = patches, precomputed  # one graph per size, still no break
-            if bucket != patches:
-                filler = hidden_states.new_zeros((bucket - patches, *hidden_states.shape[1:]))
-                hidden_states = torch.cat([hidden_states, filler])
-            outputs = compiled_forward(hidden_states, grid_thw, **kwargs, **padded)
-        return cut_outputs(outputs, bucket, patches, unit)
+            if tower.__dict__.get(_PADDING_REFUSED) is None:
+                bucket = bucket_patches(count, unit)
+                try:
+                    outputs = run(*padded_grid(patches, grid_thw, bucket, merge_shape(tower)), bucket, kwargs)
+                except Exception as e:  # noqa: BLE001 - a constraint of the tower's on image shapes
+                    # A tower may refuse the padding image's shape (a minimum size, windows that must fit):
+                    # it then runs unpadded, one graph per image size.
+                    tower.__dict__[_PADDING_REFUSED] = repr(e)
+                    _warn_once(type(tower).__name__, f"it refuses the padding image ({str(e).splitlines()[0][:200]})")
+                else:
+                    return cut_outputs(outputs, bucket, count, unit)
+            return run(patches, grid_thw, count, kwargs)
 
     return forward
 
@@ -396,5 +433,6 @@ def patch_static_grid_towers() -> None:
     register_static_varlen()
 
 
-__all__ = ["GRID_FIX", "STATIC_VARLEN", "bucket_patches", "grid_tower", "merge_unit", "pad_precomputed",
+__all__ = ["GRID_FIX", "STATIC_VARLEN", "bucket_patches", "grid_tower", "merge_shape", "merge_unit", "padded_grid",
+           "static_lengths",
            "record_precomputed", "static_grid_forward", "static_varlen_attention", "vision_bucket"]

@@ -14,16 +14,17 @@ from hf_neuron.transformers.generation import vision_grid
 from hf_neuron.transformers.generation.vision_grid import (
     GRID_FIX,
     bucket_patches,
-    pad_precomputed,
+    padded_grid,
     record_precomputed,
+    static_lengths,
     static_varlen_attention,
 )
 
 SIZES = {"max_cache_len": 128, "prefill_chunk_size": 16}
 GREEDY = {"max_new_tokens": 5, "min_new_tokens": 5, "do_sample": False}
 PROMPT = "<|vision_start|><|image_pad|><|vision_end|>The quick brown fox"
-#: 16, 48 and 36 patches: buckets of 16, 48 and 48 patches (4, 12 and 12 merged tokens).
-IMAGE_SIZES = ((40, 30), (64, 96), (48, 48))
+#: 16, 48 and 60 patches (merged 2x2): buckets of 24, 64 and 64 patches (6, 16 and 16 merged tokens).
+IMAGE_SIZES = ((40, 30), (64, 96), (48, 80))
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -32,13 +33,25 @@ def fixes_applied():
 
 
 def test_buckets_are_two_and_three_times_powers_of_two_of_merged_tokens():
-    assert [bucket_patches(n, 4) // 4 for n in range(1, 4 * 17, 4)] == [1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 12,
+    # patches 1-4 (one merged token of 4) pad to 2 tokens, 5-8 to 3, 9-12 to 4, 13-20 to 6...
+    assert [bucket_patches(n, 4) // 4 for n in range(4, 4 * 17, 4)] == [2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 12,
                                                                         16, 16, 16, 16, 24]
-    assert bucket_patches(16, 4) == 16 and bucket_patches(17, 4) == 24  # a partly filled merged token counts
+    assert bucket_patches(16, 4) == 24 and bucket_patches(17, 4) == 24  # always one merged token of padding
     for merged in range(3, 5000):
-        assert merged <= bucket_patches(merged, 1) <= merged * 1.5  # at most a third of a call is padding
+        assert merged + 1 <= bucket_patches(merged, 1) <= (merged + 1) * 1.5  # at most a third of a call pads
     with pytest.raises(ValueError, match="positive"):
         bucket_patches(0, 4)
+
+
+def test_the_padding_is_one_more_image_and_boundaries_get_a_length_set_by_the_bucket():
+    patches, grid = torch.ones(20, 3), torch.tensor([[1, 2, 6], [1, 2, 4]])
+    padded, padded_grid_thw = padded_grid(patches, grid, 24, (2, 2))
+    assert padded.shape == (24, 3) and padded[20:].abs().sum() == 0
+    assert padded_grid_thw.tolist() == [[1, 2, 6], [1, 2, 4], [1, 2, 2]]
+    static = static_lengths({"cu_seqlens": torch.tensor([0, 12, 20, 24], dtype=torch.int32), "max_seqlen": 12,
+                             "position_ids": torch.zeros(24, 2)}, 24, 4)
+    assert static["cu_seqlens"].tolist() == [0, 12, 20, 24] + [24] * 4 and static["max_seqlen"] == 24
+    assert static["position_ids"].shape == (24, 2)
 
 
 def _per_segment_attention(q, k, v, cu):
@@ -63,8 +76,8 @@ def test_static_varlen_attention_equals_attention_per_segment():
 
 @pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
 def test_a_padded_tower_gives_the_unpadded_features(model_type):
-    """Positions, segments, window order and position-embedding interpolation padded to the bucket: the
-    real rows of every output equal upstream's forward on the unpadded patches (on CPU, uncompiled)."""
+    """Positions, segments, window order and position-embedding interpolation of the padded grid: the real
+    rows of every output equal upstream's forward on the unpadded patches (on CPU, uncompiled)."""
     model, processor = tiny_vision_model(model_type)
     tower = model.model.visual
     inputs = processor(text=[PROMPT, PROMPT], images=[random_image(48, 48, seed=1), random_image(40, 30, seed=2)],
@@ -76,22 +89,18 @@ def test_a_padded_tower_gives_the_unpadded_features(model_type):
     unit = vision_grid.merge_unit(tower)
     count = patches.shape[0]
     bucket = bucket_patches(count, unit)
-    assert bucket > count  # 36 + 16 patches (13 merged tokens): padded to 64 (16)
+    assert (count, bucket) == (52, 64)  # 36 + 16 patches: 13 merged tokens, padded to 16
+    padded, padded_grid_thw = padded_grid(patches, grid, bucket, vision_grid.merge_shape(tower))
     with vision_grid._StaticVarlenAttention(tower):
-        padded = pad_precomputed(record_precomputed(tower, patches, grid), count, bucket, unit)
-        filler = patches.new_zeros((bucket - count, patches.shape[1]))
+        precomputed = static_lengths(record_precomputed(tower, padded, padded_grid_thw), bucket, unit)
+        assert {"position_ids", "cu_seqlens"} <= set(precomputed)
         with torch.no_grad():
-            outputs = type(tower).forward(tower, torch.cat([patches, filler]), grid, **padded)
+            outputs = type(tower).forward(tower, padded, padded_grid_thw, **precomputed)
     outputs = vision_grid.cut_outputs(outputs, bucket, count, unit)
     assert set(outputs.keys()) == set(expected.keys())
     for key in expected.keys():
         for got, want in zip(*(v if isinstance(v, (list, tuple)) else [v] for v in (outputs[key], expected[key]))):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-
-
-def test_precomputing_refuses_what_it_cannot_pad():
-    with pytest.raises(vision_grid.PrecomputeUnavailable, match="merged_shape"):
-        pad_precomputed({"merged_shape": (2, 3)}, 8, 12, 4)
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +133,7 @@ def test_qwen2_vl_compiles_one_vision_graph_per_bucket_with_the_cpu_tokens(qwen2
             text_graphs += text
             vision_graphs.append(vision)
         assert len(set(shapes)) == 3  # three processed sizes...
-        assert vision_graphs == [1, 1, 0], "...in two buckets: the third image pads to the second's patch count"
+        assert vision_graphs == [1, 1, 0], "...in two buckets: the third image pads to the second's bucket"
         assert text_graphs == 2
 
 
