@@ -123,7 +123,12 @@ class ImageArchRun(ArchRun):
     # ---- L3 --------------------------------------------------------------------------------
     def generation_kwargs(self) -> tuple[dict, str]:
         kwargs, how = super().generation_kwargs()
-        return {**kwargs, "max_cache_len": L3_MAX_CACHE_LEN}, how
+        kwargs = {**kwargs, "max_cache_len": L3_MAX_CACHE_LEN}
+        if self.dev_model.config.is_encoder_decoder:
+            # Florence-2: the prompt is the encoder's, and hf_neuron leaves the decoder's start token unchunked
+            # (upstream's chunked prefill of an encoder-decoder loses the padding of left-padded rows).
+            kwargs.pop("prefill_chunk_size", None)
+        return kwargs, how
 
     def level_l3(self) -> dict:
         import torch
@@ -176,6 +181,11 @@ class ImageArchRun(ArchRun):
             exc.details = details
             raise exc
         for batch, c in per_batch.items():
+            if path == text_levels.PATH_COMPILED and not c["text"]:
+                exc = LevelFailure(f"generate with images compiled the vision tower but not the text decoder at batch "
+                                   f"{batch}: every decoding step ran uncompiled", op="generate")
+                exc.details = details
+                raise exc
             allowed = TEXT_GRAPHS_PER_BATCH + len(c["image_buckets"])
             if c["text"] + c["vision"] > allowed:
                 exc = LevelFailure(

@@ -288,8 +288,8 @@ def _plan_grid_vision(plan: Plan, tower, sizes, image_sizes) -> None:
         for bucket, members in buckets.items():
             plan.graphs.append(PlannedGraph("vision", batch, bucket, 1, members[0], bucket_of=tuple(members)))
     plan.notes.append(f"this vision tower takes the images' grid: it compiles once per batch size and bucket of patch "
-                      f"counts (1, 2, 3, 4, 6, 8, 12... merged tokens of {unit} patches of {patch}x{patch} pixels), "
-                      "the images' patches padded to the bucket; image sizes in one bucket share its graph")
+                      f"counts (the patches plus one merged token, rounded up to 2, 3, 4, 6, 8, 12... merged tokens of "
+                      f"{unit} patches of {patch}x{patch} pixels); image sizes in one bucket share its graph")
 
 
 def _planned_model(config, dtype, tp: int):

@@ -40,11 +40,11 @@ def test_image_sizes_for_a_text_model_are_refused(tiny_llama_dir):
 
 def test_a_grid_tower_is_planned_per_bucket_of_patch_counts(tmp_path):
     qwen = save_tiny_vision_model("qwen2_vl", tmp_path / "qwen2_vl")
-    # 8x8-pixel patches merged 2x2: 16, 48 and 36 patches, the last two in the bucket of 48.
+    # 8x8-pixel patches merged 2x2: 16, 48 and 60 patches, the last two in the bucket of 64 (16 merged tokens).
     plan = plan_generation(qwen, [1, 2], max_cache_len=128, prefill_chunk_size=16,
-                           image_sizes=[(32, 32), (32, 96), (48, 48)])
+                           image_sizes=[(32, 32), (32, 96), (48, 80)])
     vision = [(g.batch_size, g.tokens, g.bucket_of) for g in plan.graphs if g.kind == "vision"]
-    assert vision == [(1, 16, ((32, 32),)), (1, 48, ((32, 96), (48, 48))),
-                      (2, 32, ((32, 32),)), (2, 96, ((32, 96), (48, 48)))]
-    assert "patches [48] (batch 1 of 32x96, 48x48)" in plan.render()
+    assert vision == [(1, 24, ((32, 32),)), (1, 64, ((32, 96), (48, 80))),
+                      (2, 48, ((32, 32),)), (2, 128, ((32, 96), (48, 80)))]
+    assert "patches [64] (batch 1 of 32x96, 48x80)" in plan.render()
     assert any("bucket of patch counts" in note for note in plan.notes)
