@@ -23,6 +23,7 @@ from hf_neuron.compat import levels as text_levels
 from hf_neuron.compat import results as R
 from hf_neuron.compat.levels import ArchRun, LevelFailure, describe_exception
 from hf_neuron.graphs import count_graphs
+from hf_neuron.testing.generation_workload import is_text_graph
 from hf_neuron.transformers.generation.image_inputs import vision_bucket
 
 #: Three image sizes (height, width) of different aspect ratios; a fixed-size processor gives all one shape,
@@ -38,12 +39,6 @@ L3_CHECK = (f"greedy generate of prompts with an image at {' and '.join(f'{h}x{w
             "plus one vision-tower graph per image bucket (processed size, or padded patch count), per batch size")
 NO_RECIPE = ("not tested yet: hf_neuron.tiny_models.vision has no tiny checkpoint recipe for it (a processor sized "
              "to match a tiny vision tower)")
-
-
-def _is_text_graph(record: dict) -> bool:
-    """A graph of the text decoder (it takes token embeddings or ids); every other graph compiled
-    during generate is the vision tower's."""
-    return any("inputs_embeds" in name or "input_ids" in name for name in record.get("names") or ())
 
 
 class ImageArchRun(ArchRun):
@@ -154,7 +149,7 @@ class ImageArchRun(ArchRun):
                 self.stage(f"generate with a {size[0]}x{size[1]} image on device: batch {batch}")
                 with torch.no_grad(), count_graphs() as counted:
                     out = self.dev_model.generate(**self._on(inputs, self.device), **common, **kwargs)
-                text = sum(1 for r in counted.records if _is_text_graph(r))
+                text = sum(1 for r in counted.records if is_text_graph(r))
                 counts["text"] += text
                 counts["vision"] += counted.count - text
                 run = {"batch": batch, "image_size": list(size), "pixel_values": shape, "graphs": counted.count,

@@ -86,6 +86,23 @@ def generate_counting_graphs(model, prompts: list[torch.Tensor], batch_size: int
     return graphs.count, tokens
 
 
+def is_text_graph(record: dict) -> bool:
+    """Whether a graph recorded by :func:`hf_neuron.graphs.count_graphs` is the text decoder's (it takes token
+    embeddings or ids); every other graph ``generate`` compiles with images is the vision tower's."""
+    return any("inputs_embeds" in name or "input_ids" in name for name in record.get("names") or ())
+
+
+def generate_from_images_counting_graphs(model, inputs: dict, **generate_kwargs):
+    """``(tokens on CPU, text graphs, vision graphs)`` of ``model.generate`` on ``inputs`` (a processor's
+    output), moved to the model's device."""
+    from hf_neuron.graphs import count_graphs
+
+    with torch.no_grad(), count_graphs() as graphs:
+        out = model.generate(**{k: v.to(model.device) for k, v in inputs.items()}, **generate_kwargs)
+    text = sum(1 for record in graphs.records if is_text_graph(record))
+    return out.cpu(), text, graphs.count - text
+
+
 def compiled_recipe(**overrides) -> dict:
     """The generate() arguments of the workload (static cache, cache length, chunk size)."""
     recipe = {

@@ -201,8 +201,6 @@ def _encode_with_compiled_tower(original_fn, self, tower, make_forward, config, 
     if entry is None or entry[0] != config or entry[1] is not make_forward:
         compiled = torch.compile(type(tower).forward.__get__(tower), **_compile_options(config))
         entry = tower.__dict__["_hf_neuron_compiled_tower"] = (config, make_forward, make_forward(tower, compiled))
-    if make_forward is vision_grid.static_grid_forward:
-        vision_grid.record_helpers_of(tower)
     tower.forward = entry[2]
     try:
         return original_fn(self, model_kwargs, *args, **kwargs)

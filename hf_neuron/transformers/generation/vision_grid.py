@@ -295,8 +295,7 @@ class _StaticVarlenAttention:
 
     def __enter__(self):
         self.previous = self.config._attn_implementation
-        if self.previous in (None, "eager", "sdpa"):
-            register_static_varlen()
+        if self.previous in (None, "eager", "sdpa"):  # STATIC_VARLEN is registered when the fix applies
             self.config._attn_implementation = STATIC_VARLEN
         return self
 
@@ -329,6 +328,7 @@ def static_grid_forward(tower, compiled_forward):
     parameters = [p for p in inspect.signature(type(tower).forward).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     first = parameters[1].name  # after self: the patches ("hidden_states" or "pixel_values")
+    record_helpers_of(tower)
 
     def run(patches, grid_thw, bucket, kwargs):
         try:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_neuron.graphs import count_graphs
 from hf_neuron.patching import upstream_behaviour
+from hf_neuron.testing.generation_workload import generate_from_images_counting_graphs
 from hf_neuron.tiny_models.vision import random_image, tiny_vision_model
 from hf_neuron.transformers.generation.image_inputs import DECODER_FIX, ENCODER_FIX
 
@@ -31,11 +31,7 @@ def _inputs(processor, batch, image):
 
 
 def _generate(model, inputs):
-    with torch.no_grad(), count_graphs() as graphs:
-        out = model.generate(**{k: v.to("neuron") for k, v in inputs.items()}, **GREEDY, **SIZES)
-    text = [r for r in graphs.records if any("inputs_embeds" in n or "input_ids" in n for n in r["names"])]
-    # Every other graph is the vision tower's (the encoding step compiles nothing else).
-    return out.cpu(), len(text), graphs.count - len(text)
+    return generate_from_images_counting_graphs(model, inputs, **GREEDY, **SIZES)
 
 
 def test_image_prompts_compile_the_text_graphs_once_per_batch_size_with_the_cpu_tokens(llava, fresh_dynamo):

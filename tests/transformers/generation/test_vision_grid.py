@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_neuron.graphs import count_graphs
 from hf_neuron.patching import get_fix, upstream_behaviour
+from hf_neuron.testing.generation_workload import generate_from_images_counting_graphs
 from hf_neuron.tiny_models.vision import random_image, tiny_vision_model
 from hf_neuron.transformers import import_fix_targets
 from hf_neuron.transformers.generation import vision_grid
@@ -111,10 +111,7 @@ def qwen2_vl():
 
 
 def _generate(model, inputs):
-    with torch.no_grad(), count_graphs() as graphs:
-        out = model.generate(**{k: v.to("neuron") for k, v in inputs.items()}, **GREEDY, **SIZES)
-    text = [r for r in graphs.records if any("inputs_embeds" in n or "input_ids" in n for n in r["names"])]
-    return out.cpu(), len(text), graphs.count - len(text)
+    return generate_from_images_counting_graphs(model, inputs, **GREEDY, **SIZES)
 
 
 def test_qwen2_vl_compiles_one_vision_graph_per_bucket_with_the_cpu_tokens(qwen2_vl, fresh_dynamo):

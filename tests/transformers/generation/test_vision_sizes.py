@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_neuron.graphs import count_graphs
 from hf_neuron.patching import get_fix, upstream_behaviour
+from hf_neuron.testing.generation_workload import generate_from_images_counting_graphs
 from hf_neuron.tiny_models.vision import random_image, tiny_vision_model, torchvision_available, vision_recipe
 from hf_neuron.transformers import import_fix_targets
 from hf_neuron.transformers.generation import vision_sizes
@@ -37,10 +37,7 @@ def mistral3():
 
 
 def _generate(model, inputs):
-    with torch.no_grad(), count_graphs() as graphs:
-        out = model.generate(**{k: v.to("neuron") for k, v in inputs.items()}, **GREEDY, **SIZES)
-    text = [r for r in graphs.records if any("inputs_embeds" in n or "input_ids" in n for n in r["names"])]
-    return out.cpu(), len(text), graphs.count - len(text)
+    return generate_from_images_counting_graphs(model, inputs, **GREEDY, **SIZES)
 
 
 def _inputs(processor, size, seed=0):

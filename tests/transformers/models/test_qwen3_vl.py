@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_neuron.graphs import count_graphs
 from hf_neuron.patching import get_fix, upstream_behaviour
+from hf_neuron.testing.generation_workload import generate_from_images_counting_graphs
 from hf_neuron.tiny_models.vision import random_image, tiny_vision_model
 from hf_neuron.transformers import import_fix_targets
 from hf_neuron.transformers.models import qwen3_vl, qwen3_vl_moe
@@ -43,13 +43,10 @@ def test_generate_from_images_compiles_two_text_graphs_with_the_cpu_tokens(model
                        return_tensors="pt", padding=True)
     with torch.no_grad():
         expected = cpu.generate(**inputs, **GREEDY)
-    on_device = {k: v.to("neuron") for k, v in inputs.items()}
-    with torch.no_grad(), count_graphs() as graphs:
-        tokens = device.generate(**on_device, **GREEDY, **SIZES).cpu()
-    text = [r for r in graphs.records if any("inputs_embeds" in n for n in r["names"])]
+    tokens, text, _ = generate_from_images_counting_graphs(device, inputs, **GREEDY, **SIZES)
     assert torch.equal(tokens, expected)
-    assert len(text) == 2, "one prefill-chunk graph (with or without image tokens) and one decode graph"
+    assert text == 2, "one prefill-chunk graph (with or without image tokens) and one decode graph"
 
     torch._dynamo.reset()  # the gap: upstream's boolean-mask merge does not compile
     with upstream_behaviour(fix_name), pytest.raises(Exception, match="index_put"):
-        device.generate(**on_device, **GREEDY, **SIZES)
+        device.generate(**{k: v.to("neuron") for k, v in inputs.items()}, **GREEDY, **SIZES)
