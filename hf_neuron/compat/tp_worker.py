@@ -85,6 +85,7 @@ def compare_with_single_device(model_dir: Path, cls, device: str, world: int, in
     from transformers import DistributedConfig
 
     from hf_neuron.compat.levels import LevelFailure, describe_exception
+    from hf_neuron.transformers.tensor_parallel.experts import expert_layout
 
     single = cls.from_pretrained(model_dir, dtype=torch.float32, device_map=device).eval()
     try:
@@ -111,6 +112,11 @@ def compare_with_single_device(model_dir: Path, cls, device: str, world: int, in
         diff = (out - ref).abs().max().item()
         scale = ref.abs().max().item()
         details = {"max_abs_diff": diff, "tp_size": world, "sharded_fraction": sharded_fraction(sharded)}
+        layout = expert_layout(sharded)
+        if layout is not None:
+            # routed experts: how many of them each rank holds (sharded by expert parallelism, which
+            # the decoder-parameter fraction above does not count)
+            details["experts"] = layout
         if diff > TP_LOGITS_ATOL + TP_LOGITS_RTOL * scale:
             raise LevelFailure(f"TP={world} logits differ from single device: max abs diff {diff:.3g} "
                                f"(max |logit| {scale:.3g})")

@@ -122,6 +122,11 @@ COVERAGE = {
         "transformers/models/test_static_experts.py::test_generation_compiles_two_graphs_with_the_cpu_tokens",
     "*-placeholder-ids-static-shape":
         "transformers/models/test_placeholder_ids.py::test_generate_compiles_two_graphs_with_the_cpu_tokens",
+    "moe-experts-sharded-under-tp": "transformers/tensor_parallel/test_experts.py::"
+        "test_without_the_fixes_the_experts_stay_whole_and_training_fails",
+    "moe-expert-dispatch-static": "transformers/tensor_parallel/test_experts.py::"
+        "test_without_the_fixes_the_experts_stay_whole_and_training_fails",
+    "ep-size-constraints": "transformers/tensor_parallel/test_experts.py::test_upstream_names_no_valid_ep_size",
     "video-processor-without-torchvision":
         "transformers/loading/test_processors.py::test_upstream_cannot_build_the_processor_without_torchvision",
     "transformers.tp_plan.*":

@@ -278,17 +278,15 @@ def measured_chunk(prefill_chunk_size) -> int | None:
     return prefill_buckets(prefill_chunk_size)[0]
 
 
-def _measurable_ahead(model, prefill_chunk_size, *, sharded: bool = False) -> bool:
+def _measurable_ahead(model, prefill_chunk_size) -> bool:
     """Whether generate's cache for ``model`` can be measured on a fake forward before the first one.
 
-    Upstream allocates ahead only for a compiled (chunked) prefill of a decoder on one device. A
-    tensor-parallel model (``sharded``) runs collectives in its forward; on fake tensors they neither
-    communicate nor wait for the other ranks (the c10d ops have shape-only kernels), so each rank
-    measures the shapes of its own shard. Only the shapes check takes sharded models: the allocation
-    of every layer keeps lazy allocation for them.
+    Upstream allocates ahead only for a compiled (chunked) prefill of a decoder. A tensor-parallel model
+    runs collectives in its forward; on fake tensors they neither communicate nor wait for the other
+    ranks (the c10d ops have shape-only kernels), so each rank measures the shapes of its own shard.
+    A model spread over several devices (a ``device_map`` of more than one) is left to upstream.
     """
     return (prefill_chunk_size is not None and not model.config.is_encoder_decoder
-            and (sharded or (getattr(model, "_tp_size", None) or 1) == 1)
             and len(set(getattr(model, "hf_device_map", {"": 0}).values())) <= 1)
 
 
@@ -422,7 +420,7 @@ def _reallocate_misallocated(original, self, cache_implementation, batch_size, m
     cache = original(self, cache_implementation, batch_size, max_cache_len, prefill_chunk_size, model_kwargs,
                      *args, **kwargs)
     prefill_chunk_size = measured_chunk(prefill_chunk_size)
-    if not _measurable_ahead(self, prefill_chunk_size, sharded=True):
+    if not _measurable_ahead(self, prefill_chunk_size):
         return cache
     key = (batch_size, cache.get_max_length(), prefill_chunk_size, self.dtype, str(self.device))
     memo = self.__dict__.setdefault("_hf_neuron_cache_layouts", {})
