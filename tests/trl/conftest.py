@@ -29,13 +29,13 @@ def chat_dataset(tmp_path_factory) -> Path:
 def sft_runs(tiny_model_dir, chat_dataset, tmp_path_factory):
     """``sft_runs(name, layout=..., script=..., recipe=..., env=..., **overrides)``: run the example script (or
     ``script``, a user's script with the announcement recipe's structure) once per name, cached for the
-    session. ``recipe`` gives the base flags (``RECIPE``: 3 steps), ``overrides`` change them."""
+    session, on the tiny Qwen3 (or the checkpoint in ``model_dir``). ``recipe`` gives the base flags (``RECIPE``: 3 steps), ``overrides`` change them."""
     from trl_sft_helpers import base_args, read_results, run_worker
 
     root = tmp_path_factory.mktemp("sft-runs")
     cache = {}
 
-    def run(name: str, layout: str = "single", script=None, recipe=None, env=None, **overrides):
+    def run(name: str, layout: str = "single", script=None, recipe=None, env=None, model_dir=None, **overrides):
         if name not in cache:
             nproc, tp, fsdp = LAYOUTS[layout]
             dataset = overrides.pop("dataset", chat_dataset)
@@ -47,7 +47,8 @@ def sft_runs(tiny_model_dir, chat_dataset, tmp_path_factory):
             run_env = {"TP_SIZE": str(tp), "FSDP_SIZE": str(fsdp), **(env or {})}
             if script is not None:
                 run_env["TRL_SFT_USER_SCRIPT"] = str(script)
-            proc = run_worker(nproc, base_args(tiny_model_dir, dataset, out, **args), results, env=run_env)
+            model = tiny_model_dir if model_dir is None else model_dir
+            proc = run_worker(nproc, base_args(model, dataset, out, **args), results, env=run_env)
             assert proc.returncode == 0, f"{name} failed:\n{proc.stderr[-6000:]}"
             cache[name] = {"out": out, "results": read_results(results), "result_dir": results}
         return cache[name]

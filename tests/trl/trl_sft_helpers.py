@@ -213,7 +213,8 @@ ALLOWED_FILES = {
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
     "training_args.bin", "README.md", "adapter_config.json", "adapter_model.safetensors",
 }
-VOLATILE_CONFIG_KEYS = {"transformers_version", "dtype", "torch_dtype", "use_cache"}  # TRL turns the cache off to train
+# TRL turns the cache off to train, and a mixture of experts' router logits on (its load-balancing loss)
+VOLATILE_CONFIG_KEYS = {"transformers_version", "dtype", "torch_dtype", "use_cache", "output_router_logits"}
 
 
 def check_standard_checkpoint(out_dir: Path, reference: dict, original_dir: Path) -> None:

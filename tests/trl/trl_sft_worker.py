@@ -79,6 +79,7 @@ def record_batches() -> None:
 class Recorder(GraphsDuringTraining):
     def on_train_end(self, args, state, control, model=None, **kwargs):
         from hf_neuron.simulator import graph_log
+        from hf_neuron.transformers.tensor_parallel.experts import expert_layout
 
         full = _full_state_dict(model)
         trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
@@ -102,6 +103,7 @@ class Recorder(GraphsDuringTraining):
             "device": str(next(model.parameters()).device),
             "dynamic_shapes": torch._dynamo.config.automatic_dynamic_shapes,
             "pad_to_multiple_of": args.pad_to_multiple_of,
+            "experts": expert_layout(model),
         }
         (RESULT_DIR / f"rank{_rank()}.json").write_text(json.dumps(result))
 

@@ -5,10 +5,13 @@
 LAYOUT is ``tp`` (``DistributedConfig(tp_size=N)``, the announcement's line: greedy generation and a
 training step), ``tp-padded`` (the same with ``ep_implementation="neuron_padded_all_to_all"``: a training
 step) or ``fsdp-ep`` (``DistributedConfig(fsdp_size=N, ep_size=N)``: each rank trains on its own row of
-the batch). Rank 0 saves ``{model_dir: {"layout", "tokens", "loss", "grads"}}``; the graphs every rank
-compiles go to HF_NEURON_GRAPH_LOG.
+the batch). Rank 0 saves ``{model_dir: {"layout", "loading", "tokens", "loss", "grads"}}`` (``loading``:
+per rank, the peak device memory while ``from_pretrained`` ran and the model's footprint after it, in
+bytes); the graphs every rank compiles go to HF_NEURON_GRAPH_LOG.
 """
 
+import gc
+import os
 import sys
 
 import torch
@@ -54,8 +57,14 @@ def main(out_path, layout, *model_dirs):
     world, rank = dist.get_world_size(), dist.get_rank()
     results = {}
     for path in model_dirs:
+        device = torch.device("neuron", int(os.environ.get("LOCAL_RANK", "0")))
+        gc.collect()  # the previous model's memory is free before the measurement starts
+        before = torch.neuron.memory_allocated(device)
+        torch.neuron.reset_peak_memory_stats(device)
         model = AutoModelForCausalLM.from_pretrained(path, distributed_config=LAYOUTS[layout](world))
-        record = {"layout": expert_layout(model)}
+        loading = (torch.neuron.max_memory_allocated(device) - before, torch.neuron.memory_allocated(device) - before)
+        record = {"layout": expert_layout(model), "loading": [None] * world}
+        dist.all_gather_object(record["loading"], loading)
         if layout == "tp":
             prompts = workload_prompts(model.config.vocab_size, PROMPT_LENGTHS)
             record["tokens"] = {batch: [t.tolist() for t in generate_batches(model, prompts, batch, **GENERATE)]
