@@ -79,13 +79,18 @@ def _glob(pattern: str):
 
 def expert_counts(model) -> set[int]:
     """The expert counts of the parameters ``model``'s EP plan shards by expert (one per MoE layer kind)."""
-    patterns = [_glob(name) for name, style in model.ep_plan.items() if style == EXPERT_PARAMETER_STYLE]
+    patterns = [_glob(name) for name, style in _ep_plan(model).items() if style == EXPERT_PARAMETER_STYLE]
     return {parameter.shape[0] for name, parameter in model.named_parameters()
             if any(pattern.fullmatch(name) for pattern in patterns)}
 
 
+def _ep_plan(model) -> dict:
+    """The model's expert-parallel plan ({} for a model or release without one)."""
+    return getattr(model, "ep_plan", None) or {}
+
+
 def has_expert_plan(model) -> bool:
-    return DISPATCH_STYLE in model.ep_plan.values() and bool(expert_counts(model))
+    return DISPATCH_STYLE in _ep_plan(model).values() and bool(expert_counts(model))
 
 
 def valid_ep_sizes(distributed_config, counts=()) -> list[int]:
@@ -302,7 +307,7 @@ def _ep_errors_name_no_valid_size() -> bool:
     raise RuntimeError("DistributedConfig(tp_size=2, ep_size=3) was accepted")
 
 
-@fix(SIZES_FIX, "transformers", _ep_errors_name_no_valid_size, waits_for=MIXIN_MODULE)
+@fix(SIZES_FIX, "transformers", _ep_errors_name_no_valid_size, waits_for=CONFIG_MODULE)
 def patch_ep_size_constraints() -> None:
     """An ``ep_size`` the layout or the experts cannot take fails with no size that would work, or late.
 
