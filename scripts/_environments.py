@@ -59,15 +59,28 @@ def _project_requirements() -> str:
     return json.dumps({key: project.get(key) for key in keys}, sort_keys=True)
 
 
+def environments_dir() -> Path:
+    """Where the scripts keep the environments they build: outside the checkout (``$HF_NEURON_CACHE/
+    environments``), so that a fresh clone (CI clones one for every run) reuses an environment whose
+    pins have not changed instead of installing it again."""
+    return Path(os.environ.get("HF_NEURON_CACHE", Path.home() / ".cache" / "hf_neuron")) / "environments"
+
+
 def ensure_venv(path: Path, pins: dict[str, str], install: list[str], what: str, log=None) -> Path:
     """The Python of the environment at ``path`` where ``pip install *install`` ran under constraints
     pinning ``pins`` exactly; reused as it is while the pins and the project's requirements are unchanged.
-    pip's output goes to ``log`` (an open file) when given."""
+    An environment built for another checkout gets this one's editable install (``-e`` in ``install``)
+    in place of the other's. pip's output goes to ``log`` (an open file) when given."""
     python = path / "bin" / "python"
     constraints = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
-    stamp, stamped = path / "pins.txt", path / "project-requirements.json"
+    stamp, stamped, checkout = path / "pins.txt", path / "project-requirements.json", path / "checkout.txt"
     if python.exists() and stamp.exists() and stamp.read_text() == constraints and stamped.exists() \
             and stamped.read_text() == _project_requirements():
+        if "-e" in install and (not checkout.exists() or checkout.read_text() != str(ROOT)):
+            print(f"installing this checkout ({ROOT}) in {path}", flush=True)
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+                            "-e", str(ROOT)], check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT if log else None)
+            checkout.write_text(str(ROOT))
         return python
     print(f"installing {what} in {path}:\n{constraints}", flush=True)
     if not python.exists():
@@ -78,6 +91,7 @@ def ensure_venv(path: Path, pins: dict[str, str], install: list[str], what: str,
     subprocess.run(command, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT if log else None)
     stamp.write_text(constraints)
     stamped.write_text(_project_requirements())
+    checkout.write_text(str(ROOT))
     return python
 
 

@@ -10,8 +10,9 @@ runs the tests of the fixes and of the documented promises in it.
     python scripts/version_matrix.py --list          # print the pins and the tests, run nothing
     python scripts/version_matrix.py -- -k padding   # extra pytest arguments after --
 
-The environment is kept in ``out/venv-oldest`` and reused while its pins (and the requirements
-``pyproject.toml`` declares) are unchanged. It must not have torchvision: the test of the fix for hosts
+The environment is kept in ``~/.cache/hf_neuron/environments/oldest`` (``$HF_NEURON_CACHE``) and reused,
+by this checkout or a fresh clone, while its pins (and the requirements ``pyproject.toml`` declares) are
+unchanged. It must not have torchvision: the test of the fix for hosts
 without it runs here (it skips where torchvision is installed, as on the newest releases).
 """
 
@@ -22,8 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _environments import (LIBRARIES, ROOT, TEST_RUNNER, declared_ranges, ensure_venv, installed, isolated_env,
-                           lower_bound)
+from _environments import (LIBRARIES, ROOT, TEST_RUNNER, declared_ranges, ensure_venv, environments_dir, installed,
+                           isolated_env, lower_bound)
 
 #: Distributions pinned to their declared lower bound (the ones the adapters patch or build on,
 #: and the test runner, whose behaviour the test suite depends on).
@@ -117,7 +118,7 @@ def promise_tests_command(python: Path, pytest_args: list[str], newest_only: boo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--venv", type=Path, default=ROOT / "out" / "venv-oldest", help="where to build the environment")
+    parser.add_argument("--venv", type=Path, default=environments_dir() / "oldest", help="where to build the environment")
     parser.add_argument("--list", action="store_true", help="print the pins and tests, run nothing")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)

@@ -71,6 +71,39 @@ def scratch_modules(tmp_path, monkeypatch):
         sys.modules.pop(name, None)
 
 
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory):
+    """``built_once(name, build) -> Path``: ``build(path)`` runs once per test run, in whichever pytest-xdist
+    worker asks first; the other workers wait for it and reuse the folder (a training run or a tiny
+    checkpoint several test files check is made once, not once per worker). A build that raises leaves
+    nothing behind, so the next request builds again (and fails the same way)."""
+    import shutil
+
+    from filelock import FileLock
+
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent / f"built-once-{run_id}" if run_id else base / "built-once"
+    root.mkdir(parents=True, exist_ok=True)
+
+    def get(name: str, build):
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock"):
+            if not (root / f"{name}.done").exists():
+                shutil.rmtree(path, ignore_errors=True)
+                path.mkdir(parents=True)
+                try:
+                    build(path)
+                except BaseException:
+                    shutil.rmtree(path, ignore_errors=True)
+                    raise
+                (root / f"{name}.done").touch()
+        return path
+
+    return get
+
+
 #: ``pytest -n auto`` runs at most this many workers: each holds Transformers, TRL and Diffusers
 #: (about 2 GiB) and the distributed tests start up to 4 processes of their own.
 MAX_AUTO_WORKERS = 4

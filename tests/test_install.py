@@ -75,3 +75,26 @@ def test_installing_hf_neuron_keeps_the_hosts_torch(tmp_path):
     assert "hf-neuron" in changes  # the report is of this install
     assert {name: version for name, version in changes.items() if name in HOST_PINNED} == {}, \
         f"installing hf_neuron would change the host's {host}"
+
+
+def test_an_environment_of_another_checkout_gets_this_checkouts_editable_install(tmp_path, monkeypatch):
+    """The scripts' environments live outside the checkout (a fresh clone reuses them): one whose pins
+    match but which another checkout built is given this checkout's editable install, nothing else."""
+    environments = _script("_environments")
+    venv = tmp_path / "oldest"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    pins = {"torch": "2.13.0"}
+    (venv / "pins.txt").write_text("torch==2.13.0\n")
+    (venv / "project-requirements.json").write_text(environments._project_requirements())
+    (venv / "checkout.txt").write_text(str(tmp_path / "another-clone"))
+    commands = []
+    monkeypatch.setattr(environments.subprocess, "run", lambda command, **kwargs: commands.append(command))
+    install = ["torch==2.13.0", "-e", f"{environments.ROOT}[test]"]
+    assert environments.ensure_venv(venv, pins, install, "test") == venv / "bin" / "python"
+    (command,) = commands
+    assert command[-3:] == ["--no-deps", "-e", str(environments.ROOT)] and command[0] == str(venv / "bin" / "python")
+    assert (venv / "checkout.txt").read_text() == str(environments.ROOT)
+    # now it is this checkout's: reused as it is
+    environments.ensure_venv(venv, pins, install, "test")
+    assert len(commands) == 1

@@ -3,9 +3,9 @@
 ``torchrun --standalone --nproc_per_node=2 -m hf_neuron.compat.tp_worker --device neuron --workdir DIR
 --archs-file FILE --events-file EVENTS``
 
-Every rank loads the tiny checkpoint twice: on its own device alone, and sharded with
-``DistributedConfig(tp_size=world_size)``. The sharded model's logits must match the single-device
-logits within tolerance and its greedy tokens must be identical. An image-text-to-text architecture is
+Every rank loads the tiny checkpoint twice: whole on CPU (the reference: eager, nothing compiled), and
+sharded with ``DistributedConfig(tp_size=world_size)`` on its own device. The sharded model's logits must
+match the single-device logits within tolerance and its greedy tokens must be identical. An image-text-to-text architecture is
 given a prompt with an image (its checkpoint's processor); its text decoder is what the plan shards. Rank 0 appends JSON events
 (``start``, ``result``, or ``fatal``) to EVENTS; one job serves many architectures.
 """
@@ -33,12 +33,7 @@ def _emit(path: Path, event: dict) -> None:
         fh.flush()
 
 
-def _device_for_rank(device: str, local_rank: int) -> str:
-    kind = device.split(":")[0]
-    return "cpu" if kind == "cpu" else f"{kind}:{local_rank}"
-
-
-def run_tp(spec: ArchSpec, device: str, workdir: Path, world: int) -> dict:
+def run_tp(spec: ArchSpec, workdir: Path, world: int) -> dict:
     import torch
 
     from hf_neuron import tiny_models
@@ -59,9 +54,9 @@ def run_tp(spec: ArchSpec, device: str, workdir: Path, world: int) -> dict:
     if images:
         from transformers import AutoModelForImageTextToText
 
-        return compare_with_single_device(model_dir, AutoModelForImageTextToText, device, world,
+        return compare_with_single_device(model_dir, AutoModelForImageTextToText, world,
                                           inputs=_image_inputs(spec.model_type, model_dir))
-    return compare_with_single_device(model_dir, tiny_models.model_class_for(spec.model_type), device, world)
+    return compare_with_single_device(model_dir, tiny_models.model_class_for(spec.model_type), world)
 
 
 def _image_inputs(model_type: str, model_dir: Path) -> dict:
@@ -77,17 +72,20 @@ def _image_inputs(model_type: str, model_dir: Path) -> dict:
     return dict(float32_pixels(inputs))
 
 
-def compare_with_single_device(model_dir: Path, cls, device: str, world: int, inputs: dict | None = None) -> dict:
-    """Load ``model_dir`` alone on ``device`` and sharded over ``world`` ranks: logits and greedy tokens
-    must match (raises :class:`~hf_neuron.compat.levels.LevelFailure` otherwise). Returns the details.
-    ``inputs``: the model's inputs (a prompt with an image), instead of random token ids."""
+def compare_with_single_device(model_dir: Path, cls, world: int, inputs: dict | None = None) -> dict:
+    """Load ``model_dir`` whole on CPU and sharded over ``world`` ranks: logits and greedy tokens must match
+    (raises :class:`~hf_neuron.compat.levels.LevelFailure` otherwise). Returns the details.
+    ``inputs``: the model's inputs (a prompt with an image), instead of random token ids.
+
+    The reference runs eagerly on CPU, the same computation as one device: each rank compiles only its
+    sharded model's graphs (a compiled single-device reference doubled every rank's compile work)."""
     import torch
     from transformers import DistributedConfig
 
     from hf_neuron.compat.levels import LevelFailure, describe_exception
     from hf_neuron.transformers.tensor_parallel.experts import expert_layout
 
-    single = cls.from_pretrained(model_dir, dtype=torch.float32, device_map=device).eval()
+    single = cls.from_pretrained(model_dir, dtype=torch.float32).eval()
     try:
         sharded = cls.from_pretrained(model_dir, dtype=torch.float32,
                                       distributed_config=DistributedConfig(tp_size=world)).eval()
@@ -106,7 +104,7 @@ def compare_with_single_device(model_dir: Path, cls, device: str, world: int, in
         return {k: (v.to(where) if hasattr(v, "to") else v) for k, v in inputs.items()}
 
     with torch.no_grad():
-        ref = single(**on(device)).logits.float().cpu()
+        ref = single(**on("cpu")).logits.float()
         out = sharded(**on(dev_sharded)).logits
         out = (out.full_tensor() if hasattr(out, "full_tensor") else out).float().cpu()
         diff = (out - ref).abs().max().item()
@@ -121,7 +119,7 @@ def compare_with_single_device(model_dir: Path, cls, device: str, world: int, in
             raise LevelFailure(f"TP={world} logits differ from single device: max abs diff {diff:.3g} "
                                f"(max |logit| {scale:.3g})")
         common = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "do_sample": False}
-        ref_tokens = single.generate(**on(device), **common)
+        ref_tokens = single.generate(**on("cpu"), **common)
         tokens = sharded.generate(**on(dev_sharded), **common)
     ref_tokens = ref_tokens[0, ids.shape[1]:].cpu().tolist()
     tokens = tokens[0, ids.shape[1]:].cpu().tolist()
@@ -173,7 +171,6 @@ def main(argv: list[str] | None = None) -> int:
     watch_parent()  # a killed torchrun must not leave its ranks behind
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     events = Path(args.events_file)
     emit = (lambda ev: _emit(events, ev)) if rank == 0 else (lambda ev: None)
     specs = [ArchSpec.from_json(d) for d in json.loads(Path(args.archs_file).read_text())]
@@ -194,7 +191,6 @@ def main(argv: list[str] | None = None) -> int:
             emit({"event": "fatal", "reason": f"init_process_group(backend={backend!r}) failed: "
                                               f"{type(exc).__name__}: {exc}"})
             return 2
-    device = _device_for_rank(args.device, local_rank)
     from hf_neuron.compat.levels import describe_exception
 
     for spec in specs:
@@ -202,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         status, reason, op, details = "pass", None, None, None
         try:
-            details = run_fake(spec) if spec.kind == KIND_TEST else run_tp(spec, device, Path(args.workdir), world)
+            details = run_fake(spec) if spec.kind == KIND_TEST else run_tp(spec, Path(args.workdir), world)
         except Exception as exc:  # noqa: BLE001 - recorded
             status = "fail"
             reason, op = describe_exception(exc)

@@ -16,18 +16,17 @@ _module = None
 
 
 def _build_dir(csrc: Path, cache_kind: str) -> Path:
-    """A build folder per torch installation, Python version and hash of the C++ sources.
+    """A build folder per torch installation, Python version and content of the C++ sources.
 
     The torch installation's folder is part of the key, not only its version: two environments
     with the same torch (a virtual environment beside the system one) compile against different
-    include paths, and sharing one folder would make each rebuild the other's extension. The
-    sources' folder is part of it too: torch's builder writes the source paths into the folder's
-    ninja file, so two checkouts of hf_neuron sharing a folder would recompile on every switch.
+    include paths, and sharing one folder would make each rebuild the other's extension. Where the
+    sources live is not: the build compiles copies of them kept in the folder (see
+    :func:`_sources_in`), so every checkout or installed wheel with the same sources loads one build.
     """
     import torch
 
     digest = hashlib.sha256(str(Path(torch.__file__).resolve().parent).encode())
-    digest.update(str(csrc.resolve()).encode())
     for name in sorted(p.name for p in csrc.iterdir() if p.suffix in (".cpp", ".h")):
         digest.update(name.encode())
         digest.update((csrc / name).read_bytes())
@@ -36,6 +35,28 @@ def _build_dir(csrc: Path, cache_kind: str) -> Path:
     path = root / cache_kind / tag
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _sources_in(build_dir: Path, csrc: Path) -> Path:
+    """The C++ sources copied into ``build_dir/src`` (once: the folder's name is their content's hash).
+
+    torch's builder records the source paths in the folder's ninja file and rebuilds when a source is
+    newer than its object. Compiling the checkout's own files would rebuild after every fresh clone or
+    reinstall (new file dates, same content) and on every switch between two checkouts; the copies
+    keep their dates, so an unchanged extension is built once per torch installation.
+    """
+    import shutil
+
+    src = build_dir / "src"
+    if not src.is_dir():
+        staging = build_dir / "src.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        for path in csrc.iterdir():
+            if path.suffix in (".cpp", ".h"):
+                shutil.copy2(path, staging / path.name)
+        staging.rename(src)
+    return src
 
 
 def build_and_load(name: str, csrc: Path, sources: list[str], cache_kind: str, first_build_note: str | None):
@@ -52,9 +73,10 @@ def build_and_load(name: str, csrc: Path, sources: list[str], cache_kind: str, f
     with _exclusive(build_dir, stale_lock_blocks=hasattr(cpp_extension, "FileBaton")):
         if first_build_note and not any(build_dir.glob("*.so")):
             print(f"hf_neuron: {first_build_note}", file=sys.stderr, flush=True)
+        src = _sources_in(build_dir, csrc)
         return cpp_extension.load(
             name=name,
-            sources=[str(csrc / s) for s in sources],
+            sources=[str(src / s) for s in sources],
             extra_cflags=["-O2"],
             build_directory=str(build_dir),
             verbose=os.environ.get("HF_NEURON_BUILD_VERBOSE") == "1",

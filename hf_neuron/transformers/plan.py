@@ -393,17 +393,20 @@ def _cache_bytes(cache) -> int:
     return total
 
 
-def _trace_generation(model, cache, batch_size: int, chunk: int) -> tuple[int, int, int]:
-    """(prefill graphs, decode graphs, activation peak) of one batch size, traced on the meta device."""
+def _trace_generation(model, cache, batch_size: int, chunk: int, decode: bool = True) -> tuple[int, int | None, int]:
+    """(prefill graphs, decode graphs, activation peak) of one batch size, traced on the meta device.
+
+    ``decode=False`` traces the prefill chunk alone (decode graphs ``None``): the decode step is the same
+    whatever chunk came before it, so one trace of it per batch size is enough."""
     backend = _RecordingBackend()
     compiled = torch.compile(model, backend=backend, dynamic=False)
     counts = []
     with torch.no_grad():
-        for start, tokens in generation_steps(chunk):
+        for start, tokens in generation_steps(chunk)[:None if decode else 1]:
             before = backend.graphs
             compiled(**step_inputs(cache, batch_size, start, tokens, torch.device("meta")))
             counts.append(backend.graphs - before)
-    return counts[0], counts[1], backend.peak
+    return counts[0], counts[1] if decode else None, backend.peak
 
 
 # ----------------------------------------------------------------------------- weights
@@ -493,7 +496,7 @@ def plan_generation(
                 cache = chunked_prefill_cache(model, batch, cache_len, chunk, torch.device("meta"))
                 memory.kv_cache = max(memory.kv_cache, math.ceil(_cache_bytes(cache) / tp))
                 try:
-                    prefill, decoded, peak = _trace_generation(model, cache, batch, chunk)
+                    prefill, decoded, peak = _trace_generation(model, cache, batch, chunk, decode=decode is None)
                 except Exception as e:  # an op the meta device cannot run: fall back to what generate guarantees
                     untraced = untraced or f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
                     prefill, decoded, peak = 1, 1, 0

@@ -1,5 +1,7 @@
 """Building the simulator's C++ extension: an interrupted earlier build must not hang later ones."""
 
+from pathlib import Path
+
 import pytest
 from torch.utils import cpp_extension
 
@@ -42,13 +44,30 @@ def test_build_folder_without_leftover_is_left_alone(tmp_path, monkeypatch, caps
     assert "interrupted" not in capsys.readouterr().err
 
 
-def test_each_checkout_of_the_sources_builds_in_its_own_folder(tmp_path, monkeypatch):
-    # torch's builder writes the absolute source paths into the folder's ninja file: two checkouts
-    # sharing a folder (a clone beside a worktree) would recompile the extension on every switch.
+def test_checkouts_of_the_same_sources_share_one_build_and_a_fresh_clone_rebuilds_nothing(tmp_path, monkeypatch):
+    # torch's builder writes the source paths into the folder's ninja file and rebuilds a source newer
+    # than its object: compiling a checkout's own files would rebuild after every fresh clone (new file
+    # dates) and on every switch between a clone and a worktree. The build compiles copies kept in the
+    # folder, which is keyed by the sources' content.
+    import os
     import shutil
 
     monkeypatch.setenv("HF_NEURON_CACHE", str(tmp_path / "cache"))
-    copy = shutil.copytree(ext._CSRC, tmp_path / "checkout" / "csrc")
-    first = ext._build_dir(ext._CSRC, "simulator")
-    assert ext._build_dir(ext._CSRC, "simulator") == first
-    assert ext._build_dir(copy, "simulator") != first
+    clone = shutil.copytree(ext._CSRC, tmp_path / "clone" / "csrc")
+    for path in clone.iterdir():  # a fresh clone: every file newer than anything built before
+        os.utime(path, (path.stat().st_mtime + 3600,) * 2)
+    seen = []
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: seen.append(kwargs) or "module")
+    assert ext.build_and_load("m", ext._CSRC, ext._SOURCES, "simulator", None) == "module"
+    assert ext.build_and_load("m", clone, ext._SOURCES, "simulator", None) == "module"
+    first, second = seen
+    assert first["build_directory"] == second["build_directory"] and first["sources"] == second["sources"]
+    folder = ext._build_dir(ext._CSRC, "simulator")
+    for source in first["sources"]:
+        copy = Path(source)
+        assert copy.parent == folder / "src"
+        assert copy.read_bytes() == (ext._CSRC / copy.name).read_bytes()
+        assert copy.stat().st_mtime < (clone / copy.name).stat().st_mtime
+    # changed sources build in another folder
+    (clone / "ops.cpp").write_text((clone / "ops.cpp").read_text() + "\n// changed\n")
+    assert ext._build_dir(clone, "simulator") != folder

@@ -13,45 +13,54 @@ from trl_sft_helpers import GLOBAL_BATCH, LAYOUTS, RECIPE, chat_rows, write_json
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
+def tiny_model_dir(built_once) -> Path:
     from hf_neuron.tiny_models import save_tiny_model
 
-    return save_tiny_model("qwen3", tmp_path_factory.mktemp("trl") / "tiny-qwen3")
+    return built_once("trl-tiny-qwen3", lambda path: save_tiny_model("qwen3", path / "tiny-qwen3")) / "tiny-qwen3"
 
 
 @pytest.fixture(scope="session")
-def chat_dataset(tmp_path_factory) -> Path:
+def chat_dataset(built_once) -> Path:
     """64 short two-turn conversations, as one JSONL file with a `messages` column (and another one)."""
-    return write_jsonl(tmp_path_factory.mktemp("trl-data") / "chat.jsonl", chat_rows(64))
+    return built_once("trl-data", lambda path: write_jsonl(path / "chat.jsonl", chat_rows(64))) / "chat.jsonl"
 
 
 @pytest.fixture(scope="session")
-def sft_runs(tiny_model_dir, chat_dataset, tmp_path_factory):
+def sft_runs(tiny_model_dir, chat_dataset, built_once):
     """``sft_runs(name, layout=..., script=..., recipe=..., env=..., **overrides)``: run the example script (or
-    ``script``, a user's script with the announcement recipe's structure) once per name, cached for the
-    session, on the tiny Qwen3 (or the checkpoint in ``model_dir``). ``recipe`` gives the base flags (``RECIPE``: 3 steps), ``overrides`` change them."""
+    ``script``, a user's script with the announcement recipe's structure) once per name and test run (whichever
+    xdist worker asks first), on the tiny Qwen3 (or the checkpoint in ``model_dir``). ``recipe`` gives the base
+    flags (``RECIPE``: 3 steps), ``overrides`` change them. A name asked for again with other settings fails."""
+    import hashlib
+    import json
+
     from trl_sft_helpers import base_args, read_results, run_worker
 
-    root = tmp_path_factory.mktemp("sft-runs")
-    cache = {}
-
     def run(name: str, layout: str = "single", script=None, recipe=None, env=None, model_dir=None, **overrides):
-        if name not in cache:
-            nproc, tp, fsdp = LAYOUTS[layout]
-            dataset = overrides.pop("dataset", chat_dataset)
-            dp = nproc // tp
-            args = dict(RECIPE if recipe is None else recipe)
-            args.setdefault("per_device_train_batch_size", GLOBAL_BATCH // dp)
-            args.update(overrides)
-            out, results = root / name / "model", root / name / "results"
-            run_env = {"TP_SIZE": str(tp), "FSDP_SIZE": str(fsdp), **(env or {})}
+        nproc, tp, fsdp = LAYOUTS[layout]
+        dataset = overrides.pop("dataset", chat_dataset)
+        dp = nproc // tp
+        args = dict(RECIPE if recipe is None else recipe)
+        args.setdefault("per_device_train_batch_size", GLOBAL_BATCH // dp)
+        args.update(overrides)
+        run_env = {"TP_SIZE": str(tp), "FSDP_SIZE": str(fsdp), **(env or {})}
+        model = tiny_model_dir if model_dir is None else model_dir
+        # What makes the run (files by content: workers write their own copies of a test's script)
+        settings = json.dumps({"layout": layout, "args": args, "env": run_env, "model": Path(model).name,
+                               "dataset": Path(dataset).name,
+                               "script": script and hashlib.sha256(Path(script).read_bytes()).hexdigest()},
+                              sort_keys=True, default=str)
+
+        def build(path: Path):
             if script is not None:
                 run_env["TRL_SFT_USER_SCRIPT"] = str(script)
-            model = tiny_model_dir if model_dir is None else model_dir
-            proc = run_worker(nproc, base_args(model, dataset, out, **args), results, env=run_env)
+            proc = run_worker(nproc, base_args(model, dataset, path / "model", **args), path / "results", env=run_env)
             assert proc.returncode == 0, f"{name} failed:\n{proc.stderr[-6000:]}"
-            cache[name] = {"out": out, "results": read_results(results), "result_dir": results}
-        return cache[name]
+            (path / "settings.json").write_text(settings)
+
+        folder = built_once(f"sft-runs/{name}", build)
+        assert (folder / "settings.json").read_text() == settings, f"run {name!r} asked for with other settings"
+        return {"out": folder / "model", "results": read_results(folder / "results"), "result_dir": folder / "results"}
 
     return run
 

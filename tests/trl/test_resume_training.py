@@ -1,5 +1,6 @@
-"""Resuming a stopped run: ``--resume_from_checkpoint`` continues with the losses of the uninterrupted
-run, in one process and sharded TP=2 x FSDP=2, and compiles no graph the uninterrupted run did not."""
+"""Resuming a stopped run: ``--resume_from_checkpoint`` from a run's checkpoint continues with the losses
+of the uninterrupted run, in one process and sharded TP=2 x FSDP=2, and compiles no graph the
+uninterrupted run did not."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ RESUMABLE = dict(
 
 @pytest.mark.parametrize("layout", ["single", "tp2_fsdp2"])
 def test_resumed_run_continues_the_uninterrupted_one(sft_runs, layout):
+    # The uninterrupted run saves a checkpoint every STOP steps: the one at step STOP is what a run
+    # stopped there leaves (the same weights, optimizer, schedule and data position).
     full = sft_runs(f"resume-full-{layout}", layout=layout, recipe=RESUMABLE)
-    stopped = sft_runs(f"resume-stopped-{layout}", layout=layout, recipe=dict(RESUMABLE, max_steps=STOP))
-    checkpoint = stopped["out"] / f"checkpoint-{STOP}"
+    checkpoint = full["out"] / f"checkpoint-{STOP}"
     assert checkpoint.is_dir()
     resumed = sft_runs(
         f"resume-resumed-{layout}", layout=layout, recipe=RESUMABLE, resume_from_checkpoint=str(checkpoint)

@@ -21,14 +21,13 @@ from hf_neuron import tiny_models
 def main(out_path, *named_dirs):
     torch.set_num_threads(1)
     dist.init_process_group(backend="neuron")
-    device = f"neuron:{int(os.environ.get('LOCAL_RANK', '0'))}"
     results = {}
     for item in named_dirs:
         name, _, path = item.partition("=")
         config = json.loads((Path(path) / "config.json").read_text())
         try:
             details = compare_with_single_device(Path(path), tiny_models.model_class_for(config["model_type"]),
-                                                 device, dist.get_world_size())
+                                                 dist.get_world_size())
             results[name] = {"ok": True, "details": details}
         except Exception as exc:  # noqa: BLE001 - recorded, asserted by the test
             results[name] = {"ok": False, "reason": f"{type(exc).__name__}: {exc}"[:600]}
