@@ -45,9 +45,10 @@ def _current_test() -> str:
     return os.environ.get("PYTEST_CURRENT_TEST", _TEST)
 
 
-def _add(category: str, seconds: float) -> None:
+def _add(category: str, seconds: float, test: str | None = None) -> None:
+    """``seconds`` of ``category`` for ``test`` (default: the test running now)."""
     per_test = _times.setdefault(category, {})
-    test = _current_test()
+    test = _current_test() if test is None else test
     per_test[test] = per_test.get(test, 0.0) + seconds
 
 
@@ -62,11 +63,13 @@ def _role() -> str:
     return "subprocess"
 
 
-def _timed(category: str, function, outermost: bool = True):
+def _timed(category: str, function):
+    """``function`` timed under ``category``, outermost call only (a nested call is inside its time)."""
+
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         depth = _depth.get(category, 0)
-        if outermost and depth:
+        if depth:
             return function(*args, **kwargs)
         _depth[category] = depth + 1
         start = time.perf_counter()
@@ -76,7 +79,6 @@ def _timed(category: str, function, outermost: bool = True):
             _depth[category] = depth
             _add(category, time.perf_counter() - start)
 
-    wrapper.__test_time_wrapped__ = True
     return wrapper
 
 
@@ -109,13 +111,12 @@ def _wrap_modeling_utils(module) -> None:
 def _wrap_generation(module) -> None:
     cls = module.GenerationMixin
     original = cls.generate
+    timed = _timed("cpu_generate", original)
 
     @functools.wraps(original)
     def generate(self, *args, **kwargs):
-        device = getattr(self, "device", None)
-        if getattr(device, "type", None) != "cpu" or _depth.get("cpu_generate"):
-            return original(self, *args, **kwargs)
-        return _timed("cpu_generate", original)(self, *args, **kwargs)
+        on_cpu = getattr(getattr(self, "device", None), "type", None) == "cpu"
+        return (timed if on_cpu else original)(self, *args, **kwargs)
 
     cls.generate = generate
 
@@ -180,9 +181,8 @@ def pytest_runtest_logreport(report) -> None:
     the process that ran it (not again where xdist forwards the report)."""
     if getattr(report, "node", None) is None:
         now = time.process_time()
-        for category, seconds in (("in_process", report.duration), ("in_process_cpu", now - _cpu_at_last_report[0])):
-            per_test = _times.setdefault(category, {})
-            per_test[report.nodeid] = per_test.get(report.nodeid, 0.0) + seconds
+        _add("in_process", report.duration, report.nodeid)
+        _add("in_process_cpu", now - _cpu_at_last_report[0], report.nodeid)
         _cpu_at_last_report[0] = now
 
 

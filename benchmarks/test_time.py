@@ -40,7 +40,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOK = Path(__file__).with_name("_test_time_hook.py")
-ACTIVITIES = ("imports", "dynamo", "backend", "loading", "tiny", "cpu_generate", "in_process", "in_process_cpu")
 ACTIVITY_NAMES = {
     "imports": "importing torch/transformers/trl/diffusers/...",
     "dynamo": "Dynamo tracing",
@@ -51,6 +50,7 @@ ACTIVITY_NAMES = {
     "in_process": "tests in pytest's processes (wall, waiting for subprocesses included)",
     "in_process_cpu": "tests in pytest's processes (CPU)",
 }
+ACTIVITIES = tuple(ACTIVITY_NAMES)
 IMPORT_CODE = "import torch, transformers, trl, diffusers"
 ALL_REDUCE_CODE = """
 import torch, torch.distributed as dist
@@ -59,32 +59,28 @@ dist.init_process_group("gloo"); t = torch.ones(1); dist.all_reduce(t); dist.des
 
 
 def _fixed_costs(env: dict) -> dict:
-    """Seconds of one process importing the libraries, and of a 2-rank torchrun doing one all-reduce."""
-    costs = {}
+    """Seconds of one process importing the libraries (``import_time.py``'s measurement), and of a 2-rank
+    torchrun doing one all-reduce."""
+    from import_time import time_import
+
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "all_reduce.py"
         script.write_text(ALL_REDUCE_CODE)
-        for name, command in (
-            (f"one process: {IMPORT_CODE}", [sys.executable, "-c", IMPORT_CODE]),
-            ("torchrun x2: start, one all-reduce, exit",
-             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]),
-        ):
-            start = time.perf_counter()
-            subprocess.run(command, env=env, check=True, capture_output=True)
-            costs[name] = round(time.perf_counter() - start, 2)
-    return costs
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
+                       env=env, check=True, capture_output=True)
+        all_reduce = time.perf_counter() - start
+    return {f"one process: {IMPORT_CODE}": round(time_import(IMPORT_CODE.removeprefix("import "), disable=False), 2),
+            "torchrun x2: start, one all-reduce, exit": round(all_reduce, 2)}
 
 
 def _read_records(log_dir: Path) -> list[dict]:
-    """One dict per process: its start record merged with its exit record (``cpu`` None if it was killed)."""
+    """One dict per process: its start record updated by its exit record (no ``cpu`` if it was killed)."""
     processes = []
     for path in log_dir.glob("*.jsonl"):
-        start, finish = {}, {}
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            (start if record["event"] == "start" else finish).update(record)
-        if start:
-            processes.append({**start, **finish, "cpu": finish.get("cpu"), "role": finish.get("role", start["role"])})
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        if records and records[0]["event"] == "start":
+            processes.append({key: value for record in records for key, value in record.items()})
     return processes
 
 

@@ -66,6 +66,11 @@ def environments_dir() -> Path:
     return Path(os.environ.get("HF_NEURON_CACHE", Path.home() / ".cache" / "hf_neuron")) / "environments"
 
 
+def _pip_install(python: Path, arguments: list[str], log=None) -> None:
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *arguments],
+                   check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT if log else None)
+
+
 def ensure_venv(path: Path, pins: dict[str, str], install: list[str], what: str, log=None) -> Path:
     """The Python of the environment at ``path`` where ``pip install *install`` ran under constraints
     pinning ``pins`` exactly; reused as it is while the pins and the project's requirements are unchanged.
@@ -78,17 +83,14 @@ def ensure_venv(path: Path, pins: dict[str, str], install: list[str], what: str,
             and stamped.read_text() == _project_requirements():
         if "-e" in install and (not checkout.exists() or checkout.read_text() != str(ROOT)):
             print(f"installing this checkout ({ROOT}) in {path}", flush=True)
-            subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                            "-e", str(ROOT)], check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT if log else None)
+            _pip_install(python, ["--no-deps", "-e", str(ROOT)], log)
             checkout.write_text(str(ROOT))
         return python
     print(f"installing {what} in {path}:\n{constraints}", flush=True)
     if not python.exists():
         venv.EnvBuilder(with_pip=True).create(path)
     (path / "constraints.txt").write_text(constraints)
-    command = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *install,
-               "-c", str(path / "constraints.txt")]
-    subprocess.run(command, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT if log else None)
+    _pip_install(python, [*install, "-c", str(path / "constraints.txt")], log)
     stamp.write_text(constraints)
     stamped.write_text(_project_requirements())
     checkout.write_text(str(ROOT))

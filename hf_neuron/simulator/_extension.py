@@ -15,6 +15,11 @@ _SOURCES = ["runtime.cpp", "ops.cpp", "amp.cpp", "attention.cpp", "module.cpp"]
 _module = None
 
 
+def _source_files(csrc: Path) -> list[Path]:
+    """The C++ sources and headers of an extension, by name."""
+    return sorted((p for p in csrc.iterdir() if p.suffix in (".cpp", ".h")), key=lambda p: p.name)
+
+
 def _build_dir(csrc: Path, cache_kind: str) -> Path:
     """A build folder per torch installation, Python version and content of the C++ sources.
 
@@ -27,9 +32,9 @@ def _build_dir(csrc: Path, cache_kind: str) -> Path:
     import torch
 
     digest = hashlib.sha256(str(Path(torch.__file__).resolve().parent).encode())
-    for name in sorted(p.name for p in csrc.iterdir() if p.suffix in (".cpp", ".h")):
-        digest.update(name.encode())
-        digest.update((csrc / name).read_bytes())
+    for path in _source_files(csrc):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
     tag = f"torch{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}-{digest.hexdigest()[:12]}"
     root = Path(os.environ.get("HF_NEURON_CACHE", Path.home() / ".cache" / "hf_neuron"))
     path = root / cache_kind / tag
@@ -52,9 +57,8 @@ def _sources_in(build_dir: Path, csrc: Path) -> Path:
         staging = build_dir / "src.partial"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
-        for path in csrc.iterdir():
-            if path.suffix in (".cpp", ".h"):
-                shutil.copy2(path, staging / path.name)
+        for path in _source_files(csrc):
+            shutil.copy2(path, staging / path.name)
         staging.rename(src)
     return src
 

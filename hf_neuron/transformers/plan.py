@@ -400,9 +400,10 @@ def _trace_generation(model, cache, batch_size: int, chunk: int, decode: bool = 
     whatever chunk came before it, so one trace of it per batch size is enough."""
     backend = _RecordingBackend()
     compiled = torch.compile(model, backend=backend, dynamic=False)
+    prefill_step, decode_step = generation_steps(chunk)
     counts = []
     with torch.no_grad():
-        for start, tokens in generation_steps(chunk)[:None if decode else 1]:
+        for start, tokens in (prefill_step, decode_step) if decode else (prefill_step,):
             before = backend.graphs
             compiled(**step_inputs(cache, batch_size, start, tokens, torch.device("meta")))
             counts.append(backend.graphs - before)

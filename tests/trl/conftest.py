@@ -36,6 +36,8 @@ def sft_runs(tiny_model_dir, chat_dataset, built_once):
 
     from trl_sft_helpers import base_args, read_results, run_worker
 
+    read = {}  # name: (settings, run) already read by this worker
+
     def run(name: str, layout: str = "single", script=None, recipe=None, env=None, model_dir=None, **overrides):
         nproc, tp, fsdp = LAYOUTS[layout]
         dataset = overrides.pop("dataset", chat_dataset)
@@ -58,9 +60,12 @@ def sft_runs(tiny_model_dir, chat_dataset, built_once):
             assert proc.returncode == 0, f"{name} failed:\n{proc.stderr[-6000:]}"
             (path / "settings.json").write_text(settings)
 
-        folder = built_once(f"sft-runs/{name}", build)
-        assert (folder / "settings.json").read_text() == settings, f"run {name!r} asked for with other settings"
-        return {"out": folder / "model", "results": read_results(folder / "results"), "result_dir": folder / "results"}
+        if name not in read:
+            folder = built_once(f"sft-runs/{name}", build)
+            read[name] = ((folder / "settings.json").read_text(), {
+                "out": folder / "model", "results": read_results(folder / "results"), "result_dir": folder / "results"})
+        assert read[name][0] == settings, f"run {name!r} asked for with other settings"
+        return read[name][1]
 
     return run
 
