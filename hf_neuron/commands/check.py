@@ -6,7 +6,9 @@ network, no weights read: seconds for a model of any size). The answer has three
   verdict  its architecture's result in the compatibility results of the installed Transformers
            (levels passed, compiled or not, the failure reason), or "not tested" and how to test it
   plan     graphs and memory per NeuronCore at the smallest tensor-parallel degree that fits and
-           that the model's heads divide, and the instance sizes with that many cores
+           that the model's heads divide (a mixture of experts: its experts sharded over the TP group,
+           then TP x FSDP with expert parallelism when TP alone cannot place it), the
+           DistributedConfig and torchrun line for it, and the instance sizes with that many cores
   fixes    the hf_neuron fixes this architecture and task rely on, and where its TP plan comes from
 
 exit status:
@@ -116,10 +118,17 @@ def render(result, status: str) -> str:
     lines += ["", f"plan: {s.parameters and _count(s.parameters)} parameters in {s.dtype}"]
     tried = ", ".join(map(str, s.degrees_tried)) or "none"
     limit = f"; no higher: {s.limit}" if s.limit else ""
-    if s.fits:
+    if s.fits and s.fsdp > 1:
+        lines.append(f"  tensor parallel {s.tp} x FSDP {s.fsdp} ({s.tp * s.fsdp} ranks): the fewest ranks that fit "
+                     f"(tensor parallelism alone does not: degrees the heads allow: {tried}{limit})")
+    elif s.fits:
         lines.append(f"  tensor parallel {s.tp}: the smallest degree that fits (degrees the heads allow: {tried}{limit})")
     else:
         lines.append(f"  does not fit on one NeuronCore at any degree tried ({tried}{limit})")
+    if s.distributed_config:
+        experts = f"; routed experts sharded over {s.ep} ranks (expert parallelism)" if s.ep > 1 else ""
+        lines.append(f"  layout: {s.distributed_config}{experts}")
+        lines.append(f"  launch: {s.torchrun}")
     if s.graphs:
         shapes = ", ".join(f"{g['kind']} [{g['batch_size']}, 3, {g['image_size'][0]}, {g['image_size'][1]}]"
                            if g.get("image_size") else f"{g['kind']} [{g['batch_size']}, {g['tokens']}]" for g in s.graphs)
@@ -127,19 +136,21 @@ def render(result, status: str) -> str:
     elif not s.compiled:
         lines.append("  graphs: none (generate runs eagerly)")
     parts = ", ".join(f"{label} {format_bytes(s.per_core[key])}" for key, label in
-                      (("weights", "weights"), ("kv_cache", "KV cache"), ("activations", "activations"),
+                      (("weights", "weights"), ("gathered", "gathered"), ("kv_cache", "KV cache"),
+                       ("activations", "activations"),
                        ("gradients", "gradients"), ("optimizer", "AdamW state")) if s.per_core.get(key))
     total = s.per_core.get("total", 0)
-    at = f"TP={s.tp}" if s.fits else f"TP={s.degrees_tried[-1] if s.degrees_tried else 1}"
+    last = s.layouts_tried[-1] if s.layouts_tried else {"tp": 1, "fsdp": 1}
+    at = f"TP={last['tp']}" + (f" x FSDP={last['fsdp']}" if last["fsdp"] > 1 else "")
     lines.append(f"  per NeuronCore at {at} ({format_bytes(s.device_bytes)} on {result.instance} at LNC=2): {parts} = "
                  f"{format_bytes(total)} ({100 * total / s.device_bytes:.0f}%)")
     if s.fits:
         if s.instances:
-            lines.append(f"  instances with {s.tp} core(s) or more: " + ", ".join(
+            lines.append(f"  instances with {s.tp * s.fsdp} core(s) or more: " + ", ".join(
                 f"{size.name} ({size.chips} chip(s), {size.devices()} cores)"
                 for size in instances.INSTANCE_SIZES if size.name in s.instances))
         else:
-            lines.append(f"  needs {s.chips} {result.instance} chip(s) ({s.tp} cores at LNC=2); the documentation "
+            lines.append(f"  needs {s.chips} {result.instance} chip(s) ({s.tp * s.fsdp} cores at LNC=2); the documentation "
                          f"names no {result.instance} instance size")
     note = f" ({result.tp_plan_note})" if result.tp_plan_note else ""
     lines += ["", f"tensor-parallel plan: {_PLAN_SOURCE[result.tp_plan]}{note}",

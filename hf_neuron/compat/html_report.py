@@ -253,7 +253,8 @@ def _levels_legend() -> str:
 def _headline_table(releases: list[dict]) -> str:
     head = ("<thead><tr><th scope=\"col\">transformers, device</th><th scope=\"col\">L1-L3 compiled (of the "
             "top-100)</th><th scope=\"col\">runs, uncompiled</th><th scope=\"col\">L1-L4</th>"
-            "<th scope=\"col\">L5 TP=2 (of those with a TP plan)</th></tr></thead>")
+            "<th scope=\"col\">L5 TP=2 (of those with a TP plan)</th>"
+            "<th scope=\"col\">MoE types with sharded experts</th></tr></thead>")
     rows = []
     for i, release in enumerate(releases):
         h = release["headline"]
@@ -261,7 +262,8 @@ def _headline_table(releases: list[dict]) -> str:
         rows.append(f'<tr data-headline="{i}"><th scope="row">{_e(h["transformers_version"])}, {_e(h["device"])}'
                     f'{strict} <span class="file">{_e(release["file"])}</span></th>'
                     f'<td class="num">{h["compiled"]}</td><td class="num">{h["uncompiled"]}</td>'
-                    f'<td class="num">{h["l1_l4"]}</td><td class="num">{h["l5_pass"]} of {h["l5_tested"]}</td></tr>')
+                    f'<td class="num">{h["l1_l4"]}</td><td class="num">{h["l5_pass"]} of {h["l5_tested"]}</td>'
+                    f'<td class="num">{_e(report.moe_cell(h))}</td></tr>')
     return f'<table id="headline">{head}<tbody>{"".join(rows)}</tbody></table>'
 
 
@@ -289,7 +291,8 @@ def _release_info(index: int, release: dict) -> str:
     if every:
         outside += (f" Every causal-LM <code>model_type</code> of this release: {every['compiled']} of "
                     f"{every['types']} ({every['percent']}%) pass L1-L3 compiled, {every['uncompiled']} more run "
-                    f"uncompiled, {every['l1_l4']} pass L1-L4, L5 {every['l5_pass']} of {every['l5_tested']}.")
+                    f"uncompiled, {every['l1_l4']} pass L1-L4, L5 {every['l5_pass']} of {every['l5_tested']}; "
+                    f"MoE types with sharded experts: {every['moe_sharded']} of {every['moe_types']}.")
     hidden = "" if index == 0 else " hidden"
     return (f'<p class="release-info" data-release-info="{index}"{hidden}>{_e(release["file"])}: torch '
             f'{_e(release["torch_version"])}, hf_neuron {_e(release["hf_neuron_version"])}, generated '

@@ -60,6 +60,13 @@ class LevelFailure(Exception):
     def __init__(self, reason: str, op: str | None = None):
         super().__init__(reason)
         self.reason, self.op = reason, op
+        self.details: dict | None = None  # what the level measured before it failed, recorded with the failure
+
+    @classmethod
+    def with_details(cls, details: dict, reason: str, op: str | None = None) -> "LevelFailure":
+        failure = cls(reason, op)
+        failure.details = details
+        return failure
 
 
 def describe_exception(exc: BaseException, stage: str | None = None) -> tuple[str, str | None]:
@@ -265,6 +272,11 @@ class ArchRun:
         n_params = sum(p.numel() for p in self.cpu_model.parameters())
         tp_plan = bool(getattr(self.cpu_model, "supports_tp_plan", False))
         details = {"parameters": n_params, "tp_plan": tp_plan, "multimodal_text_only": self.spec.kind == KIND_MULTIMODAL}
+        from hf_neuron.transformers.tensor_parallel.experts import routed_expert_count
+
+        experts = routed_expert_count(self.cpu_model.config)
+        if experts:
+            details["routed_experts"] = experts  # a mixture of experts: L5 checks that TP shards them
         substitute = tiny_models.text_decoder_substitute(self.spec.model_type)
         if substitute:
             details["text_decoder_only"] = substitute[1]

@@ -180,6 +180,11 @@ def render_section(results: dict, chart_name: str | None, ranking=None, results_
     if missing:
         headline += f" {missing} ranked entries were not in this run and count as not running."
     out += [headline, ""]
+    if summary["moe_types"]:
+        out += [f"**MoE types with sharded experts: {summary['moe_sharded']} of {summary['moe_types']}** "
+                f"(mixture-of-experts architectures of the top-100 whose L5 passes with each rank holding only its "
+                "share of the routed experts' weights, CPU's tokens and a training step with CPU's loss and expert "
+                "gradients).", ""]
     check = results.get("l3_check")
     out += [f"L3 in this file: {check}." if check else
             "L3 in this file is the earlier single-prompt check (one prompt, batch 1, graph count recorded, not "
@@ -241,7 +246,8 @@ def _all_types_section(results: dict, unranked: list[dict], summary: dict) -> li
                 f"**{every['compiled']} of the {every['types']} causal-LM `model_type`s ({every['percent']}%) run on "
                 f"Neuron, compiled** (L1-L3, the same levels as the top-100); {every['uncompiled']} more run "
                 f"uncompiled; {every['l1_l4']} also pass L4 (compiled training step); L5 (TP=2) passes for "
-                f"{every['l5_pass']} of the {every['l5_tested']} with a TP plan. The denominator is Transformers' "
+                f"{every['l5_pass']} of the {every['l5_tested']} with a TP plan; MoE types with sharded experts: "
+                f"{every['moe_sharded']} of {every['moe_types']}. The denominator is Transformers' "
                 "causal-LM mapping (`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`), ranked or not; the top-100's "
                 "multimodal-only and remote-code entries are not in it.", ""]
         if every["tested"] < every["types"]:
@@ -317,31 +323,41 @@ def headline_numbers(results: dict) -> dict:
         "l1_l4": s["cumulative"]["L4"],
         "l5_pass": l5["pass"],
         "l5_tested": l5["pass"] + l5["fail"],
+        "moe_sharded": s["moe_sharded"],
+        "moe_types": s["moe_types"],  # 0 for files recorded before L1 counted the experts
         "all_types": R.summarize_all_types(results),  # None unless the file is an --all sweep
     }
+
+
+def moe_cell(counts: dict) -> str:
+    return f"{counts['moe_sharded']} of {counts['moe_types']}" if counts["moe_types"] else "not recorded"
 
 
 def render_headline(files: list[Path]) -> str:
     """One row per results file: compiled L1-L3, runs uncompiled, L4 and L5 side by side with the
     published claims (the block the project README shows)."""
-    lines = ["| transformers, device | L1-L3 compiled | runs, uncompiled | L1-L4 | L5 TP=2 (of those with a TP plan) |",
-             "|---|---:|---:|---:|---:|"]
+    lines = ["| transformers, device | L1-L3 compiled | runs, uncompiled | L1-L4 | L5 TP=2 (of those with a TP plan) | "
+             "MoE types with sharded experts |", "|---|---:|---:|---:|---:|---:|"]
     headlines = [headline_numbers(R.load(path)) for path in files]
     for h in headlines:
         strict = " (single-prompt L3)" if h["single_prompt_l3"] else ""
         lines.append(f"| {h['transformers_version']}, {h['device']}{strict} | {h['compiled']} | {h['uncompiled']} | "
-                     f"{h['l1_l4']} | {h['l5_pass']} of {h['l5_tested']} |")
+                     f"{h['l1_l4']} | {h['l5_pass']} of {h['l5_tested']} | {moe_cell(h)} |")
     lines += ["", f"Of the top 100, on the same denominator: TorchNeuron's announcement claims {TORCHNEURON_CLAIM}% run "
               f"natively and {OPTIMUM_NEURON_CLAIM}% for optimum-neuron 0.4.5 (method unpublished)."]
     every = [h for h in headlines if h["all_types"]]
     if every:
         lines += ["", "Beyond the top 100, every causal-LM `model_type` of the release (`hf-neuron compat --all`):", "",
                   "| transformers, device | causal-LM types | L1-L3 compiled | runs, uncompiled | L1-L4 | "
-                  "L5 TP=2 (of those with a TP plan) |", "|---|---:|---:|---:|---:|---:|"]
+                  "L5 TP=2 (of those with a TP plan) | MoE types with sharded experts |", "|---|---:|---:|---:|---:|---:|---:|"]
         for h in every:
             a = h["all_types"]
             lines.append(f"| {h['transformers_version']}, {h['device']} | {a['types']} | {a['compiled']} "
-                         f"({a['percent']}%) | {a['uncompiled']} | {a['l1_l4']} | {a['l5_pass']} of {a['l5_tested']} |")
+                         f"({a['percent']}%) | {a['uncompiled']} | {a['l1_l4']} | {a['l5_pass']} of {a['l5_tested']} | "
+                         f"{moe_cell(a)} |")
+        lines += ["", "MoE types with sharded experts: mixture-of-experts architectures whose L5 passes with each rank "
+                  "holding only its share of the routed experts' weights, CPU's tokens and a training step with CPU's "
+                  "loss and expert gradients."]
     return "\n".join(lines)
 
 

@@ -241,6 +241,25 @@ def validate(results: dict) -> list[str]:
     return errors
 
 
+def is_moe(rec: dict) -> bool:
+    """A mixture-of-experts architecture: L1 counted its routed experts (or L5 described them)."""
+    details = rec.get("details") or {}
+    return bool((details.get("L1") or {}).get("routed_experts") or (details.get("L5") or {}).get("experts"))
+
+
+def experts_sharded(rec: dict) -> bool:
+    """L5 passed with each rank holding only its share of the routed experts' weights."""
+    l5 = (rec.get("details") or {}).get("L5") or {}
+    experts, tp = l5.get("experts"), l5.get("tp_size") or 2
+    return (rec["levels"].get("L5") == "pass" and bool(experts)
+            and experts["expert_weights_per_rank"] <= 1 / tp + 1e-3)
+
+
+def _moe_counts(records: list[dict]) -> dict:
+    moe = [r for r in records if is_moe(r)]
+    return {"moe_types": len(moe), "moe_sharded": sum(experts_sharded(r) for r in moe)}
+
+
 def summarize(results: dict) -> dict:
     """Headline and per-level counts over the ranked entries (the top-100 denominator)."""
     ranked = [r for r in results["architectures"] if r.get("rank") is not None]
@@ -263,6 +282,7 @@ def summarize(results: dict) -> dict:
         "cumulative": cumulative,
         "all_tested": len(results["architectures"]),
         "all_headline": sum(passes_compiled(r) for r in results["architectures"]),
+        **_moe_counts(ranked),
     }
 
 
@@ -289,4 +309,5 @@ def summarize_all_types(results: dict) -> dict | None:
         "l5_pass": sum(r["levels"]["L5"] == "pass" for r in l5_tested),
         "l5_tested": len(l5_tested),
         "failing": sorted(r["model_type"] for r in records if not passes(r)),
+        **_moe_counts(records),
     }

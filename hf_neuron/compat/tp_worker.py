@@ -5,9 +5,11 @@
 
 Every rank loads the tiny checkpoint twice: whole on CPU (the reference: eager, nothing compiled), and
 sharded with ``DistributedConfig(tp_size=world_size)`` on its own device. The sharded model's logits must
-match the single-device logits within tolerance and its greedy tokens must be identical. An image-text-to-text architecture is
-given a prompt with an image (its checkpoint's processor); its text decoder is what the plan shards. Rank 0 appends JSON events
-(``start``, ``result``, or ``fatal``) to EVENTS; one job serves many architectures.
+match the single-device logits within tolerance and its greedy tokens must be identical. A mixture-of-experts
+model must also hold only its share of the routed experts' weights (replicated experts fail the level) and take
+one training step with CPU's loss and expert gradients. An image-text-to-text architecture is given a prompt
+with an image (its checkpoint's processor); its text decoder is what the plan shards. Rank 0 appends JSON
+events (``start``, ``result``, or ``fatal``) to EVENTS; one job serves many architectures.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from pathlib import Path
 from hf_neuron.compat.archs import KIND_IMAGE_TEXT, KIND_TEST, ArchSpec
 
 TP_LOGITS_ATOL, TP_LOGITS_RTOL = 1e-4, 1e-3
+#: A training step of an MoE model (forward with labels and backward): the loss relative to max(1, |loss|),
+#: the routed experts' gradients absolute (plus TP_LOGITS_RTOL of the largest gradient).
+TRAIN_LOSS_ATOL, TRAIN_GRAD_ATOL = 1e-5, 1e-5
 NEW_TOKENS = 8
 
 
@@ -83,7 +88,7 @@ def compare_with_single_device(model_dir: Path, cls, world: int, inputs: dict | 
     from transformers import DistributedConfig
 
     from hf_neuron.compat.levels import LevelFailure, describe_exception
-    from hf_neuron.transformers.tensor_parallel.experts import expert_layout
+    from hf_neuron.transformers.tensor_parallel.experts import has_expert_plan
 
     single = cls.from_pretrained(model_dir, dtype=torch.float32).eval()
     try:
@@ -110,11 +115,18 @@ def compare_with_single_device(model_dir: Path, cls, world: int, inputs: dict | 
         diff = (out - ref).abs().max().item()
         scale = ref.abs().max().item()
         details = {"max_abs_diff": diff, "tp_size": world, "sharded_fraction": sharded_fraction(sharded)}
-        layout = expert_layout(sharded)
-        if layout is not None:
-            # routed experts: how many of them each rank holds (sharded by expert parallelism, which
-            # the decoder-parameter fraction above does not count)
-            details["experts"] = layout
+        experts = describe_experts(single, sharded)
+        if experts is not None:
+            # Routed experts: how many each rank holds and what share of their weights (expert parallelism
+            # shards them by expert, older plans inside each expert). Replicated experts fail the level:
+            # the bulk of an MoE checkpoint on every rank is not tensor parallelism.
+            details["experts"] = experts
+            if experts["expert_weights_per_rank"] > 1 / world + 1e-3:
+                raise LevelFailure.with_details(
+                    details, f"routed experts not sharded under TP={world}: each rank holds "
+                    f"{experts['expert_weights_per_rank']:.0%} of the {experts['experts']} experts' weights "
+                    f"(ep_size={experts['ep_size']}{'' if has_expert_plan(sharded) else '; this Transformers release has no expert-parallel plan for it'})",
+                    op="from_pretrained")
         if diff > TP_LOGITS_ATOL + TP_LOGITS_RTOL * scale:
             raise LevelFailure(f"TP={world} logits differ from single device: max abs diff {diff:.3g} "
                                f"(max |logit| {scale:.3g})")
@@ -127,7 +139,79 @@ def compare_with_single_device(model_dir: Path, cls, world: int, inputs: dict | 
     if tokens != ref_tokens:
         raise LevelFailure(f"TP={world} greedy tokens differ from single device: {tokens} vs {ref_tokens}",
                            op="generate")
+    if experts is not None:
+        try:
+            details["training"] = training_step_matches_cpu(single, sharded, ids, world)
+        except Exception as exc:
+            if not isinstance(exc, LevelFailure):
+                reason, op = describe_exception(exc, stage=f"TP={world} training step")
+                exc = LevelFailure(reason, op)
+            exc.details = details  # what passed (logits, tokens, the experts' layout) stays on record
+            raise exc
     return details
+
+
+def describe_experts(single, sharded) -> dict | None:
+    """The routed experts of ``sharded`` (this rank's share) against the whole model ``single``: ``{"experts":
+    total, "local_experts": held by this rank (whole or in part), "expert_weights_per_rank": share of the
+    experts' weights, "ep_size", "ep_implementation"}``, or None for a dense model."""
+    from hf_neuron.transformers.tensor_parallel.experts import expert_layout, routed_expert_count
+
+    total = routed_expert_count(single.config)
+    if not total:
+        return None
+    whole = {name: p.numel() for name, p in single.named_parameters() if ".experts." in name}
+    held = sum((p.to_local() if hasattr(p, "to_local") else p).numel()
+               for name, p in sharded.named_parameters() if name in whole)
+    layout = expert_layout(sharded) or {}
+    config = getattr(sharded.config, "distributed_config", None)
+    return {"experts": total, "local_experts": layout.get("local_experts", total),
+            "expert_weights_per_rank": round(held / sum(whole.values()), 4) if whole else 1.0,
+            "ep_size": getattr(config, "ep_size", 1), "ep_implementation": getattr(config, "ep_implementation", None)}
+
+
+def training_step_matches_cpu(single, sharded, ids, world: int) -> dict:
+    """One training step (forward with labels, backward) of the sharded model against the whole model on CPU:
+    the loss and the routed experts' gradients must match (raises
+    :class:`~hf_neuron.compat.levels.LevelFailure` otherwise)."""
+    import torch
+
+    from hf_neuron.compat.levels import LevelFailure
+
+    losses, grads = [], []
+    for model, device in ((single, "cpu"), (sharded, next(sharded.parameters()).device)):
+        model.train()
+        model.zero_grad(set_to_none=True)
+        batch = ids.to(device)
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        losses.append((loss.full_tensor() if hasattr(loss, "full_tensor") else loss).item())
+        grads.append({name: p.grad for name, p in model.named_parameters() if ".experts." in name and p.grad is not None})
+        model.eval()
+    loss_diff = abs(losses[1] - losses[0])
+    if loss_diff > TRAIN_LOSS_ATOL * max(1.0, abs(losses[0])):
+        raise LevelFailure(f"TP={world} training loss {losses[1]:.6g} differs from CPU's {losses[0]:.6g}",
+                           op="backward")
+    grad_diff, compared = 0.0, 0
+    for name, reference in grads[0].items():
+        grad = grads[1].get(name)
+        if grad is None:
+            raise LevelFailure(f"TP={world} training step: no gradient for {name}", op="backward")
+        grad = (grad.full_tensor() if hasattr(grad, "full_tensor") else grad).cpu()
+        if grad.shape != reference.shape:
+            raise LevelFailure(f"TP={world} training step: the gradient of {name} is {tuple(grad.shape)} on a rank "
+                               f"(not gathered), CPU's {tuple(reference.shape)}", op="backward")
+        diff = (grad - reference).abs().max().item()
+        if diff > TRAIN_GRAD_ATOL + TP_LOGITS_RTOL * reference.abs().max().item():
+            raise LevelFailure(f"TP={world} training step: the gradient of {name} differs from CPU's by {diff:.3g}",
+                               op="backward")
+        grad_diff, compared = max(grad_diff, diff), compared + 1
+    if not compared:
+        raise LevelFailure(f"TP={world} training step: no routed expert received a gradient", op="backward")
+    return {"loss": losses[1], "cpu_loss": losses[0], "loss_diff": loss_diff, "max_grad_diff": grad_diff,
+            "expert_gradients_compared": compared}
+
+
 
 
 def sharded_fraction(model) -> float:
@@ -202,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - recorded
             status = "fail"
             reason, op = describe_exception(exc)
+            details = getattr(exc, "details", None)
         if dist is not None:
             # Both ranks must agree: a failure on either one fails the level.
             outcomes = [None] * world

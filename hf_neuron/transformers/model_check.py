@@ -249,6 +249,33 @@ def applicable_fixes(config, task: str, tp: int) -> list[dict]:
 # ----------------------------------------------------------------------------- sizing
 
 
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """A distributed layout: tensor parallel ``tp``, FSDP ``fsdp`` (ranks = tp * fsdp), routed experts
+    sharded ``ep`` ways (1: a dense model, or experts replicated)."""
+
+    tp: int
+    fsdp: int = 1
+    ep: int = 1
+
+    @property
+    def ranks(self) -> int:
+        return self.tp * self.fsdp
+
+    def distributed_config(self, config) -> str:
+        """The ``DistributedConfig(...)`` that gives this layout on Neuron with hf_neuron (which shards the
+        experts over the TP group by itself: ``ep_size`` is written only where it differs)."""
+        from hf_neuron.transformers.plan import default_ep_size
+
+        args = [f"tp_size={self.tp}"] + ([f"fsdp_size={self.fsdp}"] if self.fsdp > 1 else [])
+        if self.ep != default_ep_size(config, self.tp):
+            args.append(f"ep_size={self.ep}")
+        return f"DistributedConfig({', '.join(args)})"
+
+    def torchrun(self) -> str:
+        return f"torchrun --nproc_per_node={self.ranks} your_script.py" if self.ranks > 1 else "python your_script.py"
+
+
 @dataclasses.dataclass
 class Sizing:
     tp: int | None  # the smallest degree that fits; None when none does
@@ -266,7 +293,13 @@ class Sizing:
     chips: int | None = None
     traced_layers: int | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
-    totals: dict[int, int] = dataclasses.field(default_factory=dict)  # bytes per core at each degree tried
+    totals: dict[int, int] = dataclasses.field(default_factory=dict)  # bytes per core at each TP degree tried
+    experts: int = 0  # routed experts per MoE layer (0: dense)
+    fsdp: int = 1  # of the layout that fits (or of the last one tried)
+    ep: int = 1
+    distributed_config: str | None = None  # the line to use, when it fits at more than one rank
+    torchrun: str | None = None
+    layouts_tried: list[dict] = dataclasses.field(default_factory=list)  # {tp, fsdp, ep, total} in order
 
     @property
     def fits(self) -> bool:
@@ -307,6 +340,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
 
     from hf_neuron.tiny_models.configs import fewer_layers, layer_count
     from hf_neuron.transformers import plan as P
+    from hf_neuron.transformers.tensor_parallel.experts import routed_expert_count
     from hf_neuron.transformers.generation.defaults import DEFAULT_MAX_CACHE_LEN, resolve_prefill_buckets
 
     torch_dtype = P._resolve_dtype(config, dtype)
@@ -322,7 +356,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
     per_device = P.device_bytes(family, lnc)
     reduced, kept = fewer_layers(config)
     layers = layer_count(config)
-    notes = []
+    notes = [note] if (note := P.quantization_note(config, torch_dtype)) else []
     if task == "generate":
         cache_len = int(max_cache_len or DEFAULT_MAX_CACHE_LEN)
         buckets = [b for b in resolve_prefill_buckets(None, cache_len) if b < cache_len]
@@ -358,29 +392,42 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
         notes.append("training activations traced on the kept layers and scaled to every layer, without "
                      "activation checkpointing (an upper bound)")
     degrees, limit = _degrees(config, family, source != "none", lnc)
-    chosen, per_core, totals = None, {}, {}
-    for tp in degrees:
-        weights = P.weight_bytes(model, tp, plan_keys)
+    experts = routed_expert_count(config)
+    chosen, per_core, totals, tried = None, {}, {}, []
+    layout = Layout(1)
+    for layout in _layouts(config, degrees, experts, instances.max_devices(family, lnc)):
+        weights = P.weight_bytes(model, layout.tp, plan_keys, ep=layout.ep, fsdp=layout.fsdp)
         per_core = {"weights": weights}
+        if layout.fsdp > 1:  # FSDP gathers one layer's weights at a time for its forward (and backward)
+            per_core["gathered"] = _largest_layer_bytes(model, layout, plan_keys)
         if task == "sft":  # a gradient per weight, AdamW's two moments per weight, sharded as the weights
-            per_core.update(gradients=weights, optimizer=2 * weights)
-        per_core.update({k: math.ceil(v / tp) if k == "kv_cache" else v for k, v in fixed.items()})
-        per_core["total"] = totals[tp] = sum(per_core.values())
+            gradients = P.weight_bytes(model, layout.tp, plan_keys, ep=layout.ep, fsdp=layout.fsdp, buffers=False)
+            per_core.update(gradients=gradients, optimizer=2 * gradients)
+        per_core.update({k: math.ceil(v / layout.tp) if k == "kv_cache" else v for k, v in fixed.items()})
+        per_core["total"] = sum(per_core.values())
+        if layout.fsdp == 1:
+            totals[layout.tp] = per_core["total"]
+        tried.append({"tp": layout.tp, "fsdp": layout.fsdp, "ep": layout.ep, "total": per_core["total"]})
         if per_core["total"] <= per_device:
-            chosen = tp
+            chosen = layout.tp
             break
     whole = P.weight_bytes(model, 1)
     sizing = Sizing(chosen, str(torch_dtype).removeprefix("torch."), parameters, whole, per_core,
                     per_device, graphs, graph_count, compiled, degrees, limit,
-                    traced_layers=kept if kept != layers else None, notes=notes, totals=totals)
+                    traced_layers=kept if kept != layers else None, notes=notes, totals=totals, experts=experts,
+                    fsdp=layout.fsdp, ep=layout.ep, layouts_tried=tried)
     if chosen is not None:
-        sizing.instances = [s.name for s in instances.sizes_holding(family, chosen, lnc)]
-        sizing.chips = math.ceil(chosen / instances.logical_cores_per_chip(lnc))
+        sizing.instances = [s.name for s in instances.sizes_holding(family, layout.ranks, lnc)]
+        sizing.chips = math.ceil(layout.ranks / instances.logical_cores_per_chip(lnc))
+        if layout.ranks > 1:
+            sizing.distributed_config, sizing.torchrun = layout.distributed_config(config), layout.torchrun()
+    if experts:
+        sizing.notes += _expert_notes(model, experts, layout, per_device, task)
     if kept is not None and kept != layers:
         sizing.notes.append(f"graphs and activations traced on {kept} of the {layers} layers (every kind of layer "
                             f"of the model; layers of one kind repeat the same graph and transient memory)")
     largest = chosen or (degrees[-1] if degrees else 1)
-    if largest > 1:
+    if largest > 1 and not experts:
         split = P.weight_bytes(model, largest, plan_keys)
         replicated = (split - whole / largest) / (whole - whole / largest)
         if replicated > 0.2:
@@ -390,6 +437,68 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
             sizing.notes.append("activations are those of one unsharded rank (an upper bound under tensor "
                                 "parallelism)")
     return sizing
+
+
+def _layouts(config, degrees: list[int], experts: int, largest: int):
+    """The layouts to try: tensor parallelism at each degree the heads allow, smallest first (routed
+    experts sharded over the TP group, as hf_neuron does on Neuron); then, for a mixture of experts, TP x
+    FSDP, fewest ranks first, with the experts sharded over every rank their count allows (expert
+    parallelism across the FSDP ranks; FSDP also splits each expert's weights where the experts are fewer
+    than the ranks). At equal ranks, the larger TP degree comes first."""
+    from hf_neuron.transformers.plan import default_ep_size
+
+    for tp in degrees:
+        yield Layout(tp, 1, default_ep_size(config, tp))
+    if not experts or not degrees:
+        return
+    ranks = 2
+    while ranks <= largest:
+        for tp in sorted((d for d in degrees if d < ranks and ranks % d == 0), reverse=True):
+            # the largest expert-parallel group the layout and the expert count allow
+            ep = max((size for size in range(tp, ranks + 1, tp) if ranks % size == 0 and experts % size == 0),
+                     default=1)
+            yield Layout(tp, ranks // tp, ep)
+        ranks *= 2
+
+
+def _largest_layer_bytes(model, layout: Layout, plan_keys) -> int:
+    """The bytes one rank gathers for the largest decoder layer under FSDP: its TP and EP shard, whole."""
+    from hf_neuron.transformers.plan import weight_bytes
+
+    layers = {match.group(0) for name, _ in model.named_parameters() if (match := _LAYER.search(name))}
+    return max((weight_bytes(model, layout.tp, plan_keys, ep=layout.ep, buffers=False,
+                             select=lambda name, layer=layer: layer in name) for layer in layers), default=0)
+
+
+_LAYER = re.compile(r"^.*?\.\d+\.")
+
+
+def _expert_notes(model, experts: int, layout: Layout, per_device: int, task: str) -> list[str]:
+    """What the sizing assumed about the routed experts, and an expert too large for one core."""
+    from hf_neuron.transformers.plan import format_bytes, is_expert_parameter
+
+    expert_bytes = sum(p.numel() * p.element_size() for name, p in model.named_parameters() if is_expert_parameter(name))
+    notes = [f"mixture of experts: {experts} routed experts per MoE layer, {format_bytes(expert_bytes)} of expert "
+             f"weights; at this layout each rank holds {experts // layout.ep if layout.ep > 1 else experts} of them "
+             + ("(replicated: no expert-parallel size the layout allows divides them)" if layout.ep == 1 else
+                f"(expert parallelism over the {layout.ep} ranks of the TP group: hf_neuron's default for tp_size="
+                f"{layout.tp} on Neuron)" if layout.fsdp == 1 else
+                f"(expert parallelism over {layout.ep} ranks, across the FSDP ranks: ep_size={layout.ep})")]
+    one_each = expert_bytes / experts  # every MoE layer's share with one expert per rank
+    if one_each > per_device:
+        notes.append(f"one expert of every MoE layer is {format_bytes(one_each)}, more than a NeuronCore holds: "
+                     "expert parallelism alone cannot place it (Transformers' expert-parallel plans do not split "
+                     "inside an expert); FSDP splits each expert's weights over the ranks the expert-parallel group "
+                     "leaves" + (f" (here {layout.ranks // layout.ep} per expert)" if layout.ep > 1 and layout.fsdp > 1
+                                 else ""))
+    if layout.fsdp > 1:
+        notes.append(f"FSDP {layout.fsdp}: every parameter is sharded over the FSDP ranks and each rank gathers one "
+                     "layer at a time (counted as 'gathered'); " + (
+                         "each rank trains on its own rows" if task == "sft" else
+                         "each rank generates its own prompts, all ranks stepping together (the same number of "
+                         "new tokens: set min_new_tokens); hf_neuron's tests train in this layout, generation in it "
+                         "is not covered by them"))
+    return notes
 
 
 def _scaled_training_activations(traced: int, kept: int | None, layers: int | None) -> int:

@@ -182,9 +182,38 @@ def device_bytes(instance: str = "trn2", logical_nc_config: int = 2) -> int:
     return (HBM_GIB_PER_CHIP[instance] << 30) // (PHYSICAL_CORES_PER_CHIP // logical_nc_config)
 
 
+#: Quantization methods whose checkpoints Transformers dequantizes to bfloat16 while loading them on a device
+#: without their kernels (a neuron device: its quantizers keep the quantized weights for CUDA, XPU or CPU).
+DEQUANTIZED_ON_NEURON = ("mxfp4", "fp8")
+
+
+def quantization_method(config) -> str | None:
+    """The ``quant_method`` of ``config``'s ``quantization_config`` (None for an unquantized checkpoint)."""
+    quantization = getattr(config, "quantization_config", None)
+    if quantization is None:
+        return None
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else getattr(quantization, "quant_method", None)
+    return str(getattr(method, "value", method)) if method is not None else "unknown"
+
+
+def quantization_note(config, dtype: torch.dtype) -> str | None:
+    """How the checkpoint's quantization was sized (None when it has none)."""
+    method = quantization_method(config)
+    if method is None:
+        return None
+    dtype_name = str(dtype).removeprefix("torch.")
+    if method in DEQUANTIZED_ON_NEURON:
+        return (f"quantization_config {method}: Transformers has no {method} kernels for a neuron device and "
+                f"dequantizes the weights to bfloat16 while loading them; sized in {dtype_name}")
+    return (f"quantization_config {method}: how Transformers loads it on a neuron device is not known to hf_neuron; "
+            f"sized unquantized, in {dtype_name}")
+
+
 def _resolve_dtype(config, dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype is None and quantization_method(config) in DEQUANTIZED_ON_NEURON:
+        return torch.bfloat16  # what a neuron device loads (see quantization_note)
     name = dtype or getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32"
     if isinstance(name, torch.dtype):
         return name
@@ -423,15 +452,42 @@ def kv_cache_bytes(model, batch_size: int, max_cache_len: int, chunk: int) -> in
     return _cache_bytes(chunked_prefill_cache(model, batch_size, max_cache_len, chunk, torch.device("meta")))
 
 
-def weight_bytes(model, tp: int, tp_plan: dict | None = None) -> int:
-    """Parameter and buffer bytes one rank holds: modules in the model's TP plan (or ``tp_plan``, keys
-    relative to the model) are split ``tp`` ways."""
+def is_expert_parameter(name: str) -> bool:
+    """A routed expert's weight (``...mlp.experts.gate_up_proj``, ``...experts.3.w1.weight``)."""
+    return ".experts." in name
+
+
+def default_ep_size(config, tp: int) -> int:
+    """The expert-parallel size hf_neuron gives ``DistributedConfig(tp_size=tp)`` on Neuron: the TP group,
+    when ``tp`` divides the routed experts (a dense model, or one ``tp`` does not divide: 1)."""
+    from hf_neuron.transformers.tensor_parallel.experts import routed_expert_count
+
+    experts = routed_expert_count(config)
+    return tp if tp > 1 and experts and experts % tp == 0 else 1
+
+
+def weight_bytes(model, tp: int, tp_plan: dict | None = None, *, ep: int | None = None, fsdp: int = 1,
+                 buffers: bool = True, select=None) -> int:
+    """Parameter (and buffer) bytes one rank holds under ``DistributedConfig(tp_size=tp, fsdp_size=fsdp,
+    ep_size=ep)``: modules in the model's TP plan (or ``tp_plan``, keys relative to the model) are split
+    ``tp`` ways; routed experts ``ep`` ways when ``ep > 1`` (default: hf_neuron's choice, the TP group when
+    it divides the experts); with FSDP every parameter is further sharded over the ``fsdp`` ranks (experts
+    over the ranks their expert-parallel group leaves: ``tp * fsdp / ep``). ``select``: only the tensors
+    whose name it accepts."""
+    ep = default_ep_size(model.config, tp) if ep is None else ep
     patterns = _tp_patterns(model, tp_plan) if tp > 1 else []
+    tensors = list(model.named_parameters()) + (list(model.named_buffers()) if buffers else [])
     total = 0
-    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+    for name, tensor in tensors:
+        if select is not None and not select(name):
+            continue
         nbytes = tensor.numel() * tensor.element_size()
-        if patterns and any(p.match(name) for p in patterns):
-            nbytes = math.ceil(nbytes / tp)
+        if ep > 1 and is_expert_parameter(name):
+            nbytes = math.ceil(nbytes / ep / max(1, tp * fsdp // ep))
+        else:
+            if patterns and any(p.match(name) for p in patterns):
+                nbytes = math.ceil(nbytes / tp)
+            nbytes = math.ceil(nbytes / fsdp)
         total += nbytes
     return total
 
@@ -486,6 +542,7 @@ def plan_generation(
     compiles, reason = generation_compiles(model)
     plan = Plan("generation", config.model_type, str(torch_dtype).removeprefix("torch."), tp, [], memory,
                 f"{instance} at LNC={logical_nc_config}", compiles, reason)
+    plan.notes += _weight_notes(config, tp, torch_dtype)
     if not compiles:
         plan.notes.append("no graph is compiled: every op runs eagerly (the slow path on Trainium)")
         return plan
@@ -633,7 +690,7 @@ def plan_training(
         raise PlanError(f"packing_strategy {packing_strategy!r}: TRL packs with 'bfd' or 'wrapped'")
     torch_dtype, model = _planned_model(config, dtype, tp)
     weights = weight_bytes(model, tp)
-    trainable = sum(math.ceil(p.numel() * p.element_size() / (tp if tp > 1 else 1)) for p in model.parameters())
+    trainable = weight_bytes(model, tp, buffers=False)
     shapes = training_batch_shapes(max_length, per_device_batch, packing, packing_strategy)
     per_step = step_graphs if step_graphs is not None else sft_step_graphs(
         config.model_type, packing_strategy=packing_strategy if packing else "wrapped")
@@ -644,10 +701,24 @@ def plan_training(
                             device_bytes=device_bytes(instance, logical_nc_config))
     plan = Plan("training", config.model_type, str(torch_dtype).removeprefix("torch."), tp,
                 [PlannedGraph("train", b, n, per_step) for b, n in shapes], memory, f"{instance} at LNC={logical_nc_config}")
+    plan.notes += _weight_notes(config, tp, torch_dtype)
     plan.notes.append(f"{per_step} graph(s) per training step and batch shape (forward; each with its backward), "
                       f"all compiled in the first steps")
     plan.notes.append("activations without activation checkpointing (an upper bound when it is on)")
     return plan
+
+
+def _weight_notes(config, tp: int, dtype: torch.dtype) -> list[str]:
+    """How the weights were sized: a quantized checkpoint's dtype, a mixture of experts' expert sharding."""
+    from hf_neuron.transformers.tensor_parallel.experts import routed_expert_count
+
+    notes = [note] if (note := quantization_note(config, dtype)) else []
+    experts, ep = routed_expert_count(config), default_ep_size(config, tp)
+    if experts and tp > 1:
+        notes.append(f"routed experts ({experts} per MoE layer) sharded over the {ep} ranks of the TP group, "
+                     f"{experts // ep} per rank (hf_neuron's default for tp_size={tp} on Neuron)" if ep > 1 else
+                     f"routed experts ({experts} per MoE layer) replicated on every rank: tp={tp} does not divide them")
+    return notes
 
 
 def planned_shapes(plan: Plan) -> list[tuple[int, int]]:
@@ -656,7 +727,8 @@ def planned_shapes(plan: Plan) -> list[tuple[int, int]]:
 
 
 __all__ = [
-    "MemoryEstimate", "Plan", "PlanError", "PlannedGraph", "device_bytes", "format_bytes", "kv_cache_bytes", "load_config",
+    "MemoryEstimate", "Plan", "PlanError", "PlannedGraph", "default_ep_size", "device_bytes", "format_bytes",
+    "is_expert_parameter", "kv_cache_bytes", "load_config",
     "meta_model", "plan_generation", "plan_training", "planned_shapes", "sft_step_graphs", "training_batch_shapes",
     "weight_bytes",
 ]

@@ -111,7 +111,8 @@ def test_the_headline_has_the_numbers_of_summarize(committed_site):
         cells = page.cells(f"data-headline={i}")
         assert cells[0].startswith(f"{results['transformers_version']}, ")
         assert cells[1:] == [str(s["headline"]), str(s["runs_uncompiled"]), str(s["cumulative"]["L4"]),
-                             f"{l5['pass']} of {l5['pass'] + l5['fail']}"], path.name
+                             f"{l5['pass']} of {l5['pass'] + l5['fail']}",
+                             f"{s['moe_sharded']} of {s['moe_types']}" if s["moe_types"] else "not recorded"], path.name
 
 
 def test_a_row_shows_levels_graphs_path_failure_and_fixes(committed_site):

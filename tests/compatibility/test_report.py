@@ -155,3 +155,29 @@ def test_an_all_types_sweep_has_its_own_headline_beside_the_top_100(tmp_path):
     del results["causal_lm_types"]
     assert R.summarize_all_types(results) is None
     assert R.validate({**results, "causal_lm_types": "all"}) == ["causal_lm_types must be a list of model_type names"]
+
+
+def test_the_headline_counts_moe_types_whose_experts_are_sharded(tmp_path):
+    results = _results()
+    records = R.by_model_type(results)
+    sharded = {"experts": 4, "local_experts": 2, "expert_weights_per_rank": 0.5, "ep_size": 2}
+    # qwen3_moe: experts sharded, L5 passes; mixtral: L5 refused replicated experts; gpt_oss: L5 passed
+    # before the experts were described (an older record): not counted as sharded.
+    cases = {"qwen3_moe": ("pass", sharded), "mixtral": ("fail", {**sharded, "expert_weights_per_rank": 1.0}),
+             "gpt_oss": ("pass", None)}
+    for name, (status, experts) in cases.items():
+        rec = records[name]
+        rec["details"]["L1"] = {"routed_experts": 4}
+        details = {"tp_size": 2, **({"experts": experts} if experts else {})}
+        R.set_level(rec, "L5", status, details=details, reason=None if status == "pass" else "routed experts not sharded")
+    summary = R.summarize(results)
+    assert (summary["moe_sharded"], summary["moe_types"]) == (1, 3)
+    path = tmp_path / "5.25.0-simulated.json"
+    R.write_atomic(path, results)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{report.BEGIN}\n{report.END}\n{report.HEADLINE_BEGIN}\n{report.END}\n")
+    report.update_readme(readme, [path], charts=False)
+    report.update_headline(readme, [path])
+    text = readme.read_text()
+    assert "**MoE types with sharded experts: 1 of 3**" in text
+    assert "| 88 of 89 | 1 of 3 |" in text

@@ -162,3 +162,28 @@ def test_bad_input_is_a_clear_error(tmp_path, call, message):
     folder = save_tiny_model("llama", tmp_path / "llama")
     with pytest.raises(PlanError, match=message):
         call(folder)
+
+
+def test_routed_experts_are_sized_as_hf_neuron_shards_them():
+    """Experts split over the TP group when its size divides them (hf_neuron's default on Neuron), whole on
+    every rank when it does not; FSDP shards everything further."""
+    from hf_neuron.transformers.plan import is_expert_parameter, weight_bytes
+
+    with torch.device("meta"):
+        model = build_model("qwen3_moe")  # 4 experts
+    experts = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if is_expert_parameter(n))
+    planned = any(".experts." in key for key in model._tp_plan)  # older releases' TP plans split each expert
+
+    def expert_share(**layout):
+        return weight_bytes(model, select=is_expert_parameter, buffers=False, **layout)
+
+    assert expert_share(tp=1) == experts
+    assert expert_share(tp=2) == experts / 2 == expert_share(tp=2, ep=2)
+    # a user's ep_size=1 wins: the experts are split only where the release's TP plan names them
+    assert expert_share(tp=2, ep=1) == (experts / 2 if planned else experts)
+    if not planned:
+        assert expert_share(tp=3) == experts  # 3 does not divide 4 experts: replicated
+    assert expert_share(tp=2, fsdp=2, ep=4) == experts / 4
+    assert expert_share(tp=2, fsdp=2) == experts / 4  # ep=2 over the TP group, FSDP over the other two ranks
+    dense = weight_bytes(model, 1, buffers=False) - experts
+    assert weight_bytes(model, 1, buffers=False, fsdp=2) == pytest.approx((dense + experts) / 2, abs=64)

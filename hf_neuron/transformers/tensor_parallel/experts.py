@@ -84,6 +84,29 @@ def expert_counts(model) -> set[int]:
             if any(pattern.fullmatch(name) for pattern in patterns)}
 
 
+#: Config fields that hold a mixture-of-experts model's number of routed experts (0, 1 or None: dense).
+EXPERT_COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+#: Config switches that turn a model's expert layers off (its expert count is then unused).
+MOE_SWITCHES = ("is_moe", "enable_moe_block", "use_moe")
+
+
+def routed_expert_count(config) -> int:
+    """How many routed experts ``config``'s MoE layers have (0 for a dense model), read from the config
+    alone (its text config, and DBRX's ``ffn_config``), so a model with no expert-parallel plan counts."""
+    try:
+        text = config.get_text_config()
+    except (AttributeError, ValueError):  # not a PretrainedConfig, or several text configs (encoder-decoder)
+        text = config
+    if any(getattr(text, flag, None) is False for flag in MOE_SWITCHES):
+        return 0
+    for holder in (text, getattr(text, "ffn_config", None)):
+        for name in EXPERT_COUNT_FIELDS:
+            value = getattr(holder, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+                return value
+    return 0
+
+
 def _ep_plan(model) -> dict:
     """The model's expert-parallel plan ({} for a model or release without one)."""
     return getattr(model, "ep_plan", None) or {}
