@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # (module in hf_neuron.commands) - one line per subcommand module.
@@ -37,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if getattr(args, "device_free", False) and "torch" not in sys.modules:
+        # A command that reads configs and builds meta models needs no device: the simulated one (and the
+        # build of its extension, on a fresh install) is not started for it.
+        os.environ["HF_NEURON_SIMULATOR"] = "0"
     result = args.func(args)
     return int(result or 0)
 

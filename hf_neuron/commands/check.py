@@ -17,7 +17,9 @@ exit status:
    5  not tested                    2  bad option (argparse)
   10  no such path                 11  folder without config.json    12  Hub id not in the local cache
   13  unknown model_type           14  unknown instance family        15  unreadable config
-  16  not a text-generation model
+  16  not a text-generation model  17  config lacks a field sizing needs
+  18  a Diffusers pipeline folder  19  --max-cache-len past the model's positions
+  20  unknown --dtype
 
 examples:
   hf-neuron check ./my-checkpoint
@@ -33,7 +35,8 @@ import sys
 EXIT_STATUS = {
     "passes": 0, "fails": 1, "uncompiled": 3, "does_not_fit": 4, "not_tested": 5,
     "missing_path": 10, "no_config": 11, "not_in_cache": 12, "unknown_model_type": 13, "unknown_instance": 14,
-    "bad_config": 15, "not_text_generation": 16, "bad_task": 2,
+    "bad_config": 15, "not_text_generation": 16, "missing_field": 17, "diffusers_pipeline": 18,
+    "cache_too_long": 19, "bad_dtype": 20, "bad_task": 2,
 }
 _MARK = {"pass": "✓", "fail": "✗", "skip": "–"}
 
@@ -51,9 +54,10 @@ def register(subparsers) -> None:
     p.add_argument("--max-cache-len", type=int, default=None, metavar="N",
                    help="generation: static cache length (default: hf_neuron's 1024)")
     p.add_argument("--max-length", type=int, default=None, metavar="N", help="SFT: max_length (default: TRL's 1024)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the config's)")
+    p.add_argument("--dtype", default=None,
+                   help="float32, bfloat16 or float16, or fp32, bf16, fp16 (default: the config's)")
     p.add_argument("--json", action="store_true", help="print the check as JSON")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, device_free=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,7 +119,8 @@ def render(result, status: str) -> str:
     if v.levels:
         marks = "  ".join(f"{lv} {_MARK.get(st, '?')}" for lv, st in v.levels.items())
         lines.append(f"  transformers {v.transformers_version}, {v.device_kind} device ({v.results_file}): {marks}")
-    lines += ["", f"plan: {s.parameters and _count(s.parameters)} parameters in {s.dtype}"]
+    lines += ["", f"plan: {s.parameters and _count(s.parameters)} parameters in {s.dtype} ({s.dtype_source}), "
+                  f"{format_bytes(s.weights_total)} of weights"]
     tried = ", ".join(map(str, s.degrees_tried)) or "none"
     limit = f"; no higher: {s.limit}" if s.limit else ""
     if s.fits and s.fsdp > 1:

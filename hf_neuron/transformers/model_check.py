@@ -54,6 +54,12 @@ def resolve_config(source: str):
     path = Path(os.path.expanduser(str(source)))
     if path.is_dir():
         config_file = path / "config.json"
+        if not config_file.is_file() and (path / "model_index.json").is_file():
+            raise CheckError("diffusers_pipeline",
+                             f"{path} is a Diffusers pipeline (model_index.json), not a Transformers checkpoint: "
+                             "hf-neuron check sizes text generation and SFT; for pipelines, `hf-neuron compat "
+                             "diffusers` tests tensor parallelism and regional compilation, and docs/diffusers.md "
+                             "has the compile recipe")
         if not config_file.is_file():
             raise CheckError("no_config", f"{path} has no config.json: pass a model folder saved with "
                                           "save_pretrained (or a Hub snapshot), or the config.json itself")
@@ -113,10 +119,61 @@ def config_from_dict(data: dict, where: str = "the config"):
                          "hf-neuron check cannot plan")
     fields = {k: v for k, v in data.items() if k != "model_type"}
     try:
-        return AutoConfig.for_model(model_type, **fields)
+        config = AutoConfig.for_model(model_type, **fields)
     except Exception as exc:  # noqa: BLE001 - a config the class rejects
         raise CheckError("bad_config", f"{where}: Transformers rejects this {model_type} config: "
                                        f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    model_class(config)
+    _check_generation_head(data, where)
+    _check_sized_fields(config, data, where)
+    return config
+
+
+#: The fields sizing reads from a (text) config: a checkpoint's config.json always has them, and the class
+#: default Transformers would fill in for a missing one sizes another model.
+SIZED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def _check_sized_fields(config, data: dict, where: str) -> None:
+    """A field sizing needs that the config file lacks (the class default would silently stand in)."""
+    try:
+        text = config.get_text_config(decoder=True)
+    except ValueError:
+        text = config
+    raw = data
+    for name, sub in config.to_dict().items():  # the text config's own dict, when it is nested
+        if isinstance(sub, dict) and text is getattr(config, name, None):
+            raw = data.get(name) or {}
+    aliases = {canonical: [alias for alias, target in getattr(type(text), "attribute_map", {}).items()
+                           if target == canonical] for canonical in SIZED_FIELDS}
+    default = type(text)()
+    for name in SIZED_FIELDS:
+        if not hasattr(default, name):
+            continue  # the architecture has no such field (attention-free models have no heads)
+        if name not in raw and not any(alias in raw for alias in aliases[name]):
+            raise CheckError("missing_field",
+                             f"{where} has no {name}: the sizing needs it, and Transformers would use "
+                             f"{type(text).__name__}'s default ({getattr(default, name)}), another model's size; "
+                             "pass the checkpoint's complete config.json")
+
+
+def _check_generation_head(data: dict, where: str) -> None:
+    """A checkpoint whose own classes are not for generation (an encoder such as BERT with a masked-LM head)."""
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+
+    architectures = data.get("architectures")
+    if not isinstance(architectures, list) or not architectures or data.get("is_decoder"):
+        return
+    generating = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()) | set(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.values())
+    generating |= {name for names in generating if isinstance(names, tuple) for name in names}
+    if any(name in generating or name.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel"))
+           for name in architectures):
+        return
+    raise CheckError("not_text_generation",
+                     f"{where}: its architectures are {', '.join(architectures)}, not a text-generation head: "
+                     "hf-neuron check and plan size text generation and SFT of decoders; an encoder runs on Neuron "
+                     "with device_map=\"neuron\" (hf_neuron's placement applies), unsized")
 
 
 def model_class(config):
@@ -300,6 +357,7 @@ class Sizing:
     distributed_config: str | None = None  # the line to use, when it fits at more than one rank
     torchrun: str | None = None
     layouts_tried: list[dict] = dataclasses.field(default_factory=list)  # {tp, fsdp, ep, total} in order
+    dtype_source: str = ""  # where ``dtype`` comes from, in words
 
     @property
     def fits(self) -> bool:
@@ -343,7 +401,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
     from hf_neuron.transformers.tensor_parallel.experts import routed_expert_count
     from hf_neuron.transformers.generation.defaults import DEFAULT_MAX_CACHE_LEN, resolve_prefill_buckets
 
-    torch_dtype = P._resolve_dtype(config, dtype)
+    torch_dtype = P.resolve_dtype(config, dtype)
     source, our_plan, _ = tp_plan_source(config)
     auto = model_class(config)
     with torch.device("meta"):
@@ -423,6 +481,9 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
             sizing.distributed_config, sizing.torchrun = layout.distributed_config(config), layout.torchrun()
     if experts:
         sizing.notes += _expert_notes(model, experts, layout, per_device, task)
+    sizing.dtype_source = _dtype_source(config, dtype)
+    if torch_dtype == torch.float32 and dtype is None:
+        sizing.notes += _bfloat16_note(tried, per_device, chosen, family, lnc)
     if kept is not None and kept != layers:
         sizing.notes.append(f"graphs and activations traced on {kept} of the {layers} layers (every kind of layer "
                             f"of the model; layers of one kind repeat the same graph and transient memory)")
@@ -459,6 +520,34 @@ def _layouts(config, degrees: list[int], experts: int, largest: int):
                      default=1)
             yield Layout(tp, ranks // tp, ep)
         ranks *= 2
+
+
+def _dtype_source(config, dtype) -> str:
+    """Where the sizing's dtype comes from, in words."""
+    from hf_neuron.transformers.plan import DEQUANTIZED_ON_NEURON, quantization_method
+
+    if dtype is not None:
+        return "--dtype"
+    if quantization_method(config) in DEQUANTIZED_ON_NEURON:
+        return f"the {quantization_method(config)} checkpoint dequantized, as Transformers loads it on Neuron"
+    if getattr(config, "dtype", None) or getattr(config, "torch_dtype", None):
+        return "the config's torch_dtype"
+    return "the config names no torch_dtype: float32, as Transformers loads it"
+
+
+def _bfloat16_note(tried: list[dict], per_device: int, chosen: int | None, family: str, lnc: int) -> list[str]:
+    """Where the same model in bfloat16 (every weight, cache and activation half the bytes) would take fewer
+    cores than in float32: the layout it would fit at."""
+    for entry in tried:
+        if entry["total"] / 2 <= per_device:
+            if entry is tried[-1] and chosen is not None:
+                return []  # the float32 layout already
+            ranks = entry["tp"] * entry["fsdp"]
+            layout = f"TP={entry['tp']}" + (f" x FSDP={entry['fsdp']}" if entry["fsdp"] > 1 else "")
+            sizes = [size.name for size in instances.sizes_holding(family, ranks, lnc)]
+            return [f"sized in float32; in bfloat16 (--dtype bf16, half the bytes) it fits at {layout} "
+                    f"({ranks} core(s){': ' + sizes[0] if sizes else ''}) instead"]
+    return []
 
 
 def _largest_layer_bytes(model, layout: Layout, plan_keys) -> int:
@@ -531,6 +620,16 @@ class ModelCheck:
         return out
 
 
+def _check_cache_length(config, task: str, max_cache_len: int | None, where: str) -> None:
+    """A cache the user asked for that is longer than the model's positions."""
+    text = config.get_text_config(decoder=True)
+    positions = getattr(text, "max_position_embeddings", None)
+    if task == "generate" and max_cache_len and isinstance(positions, int) and max_cache_len > positions:
+        raise CheckError("cache_too_long",
+                         f"--max-cache-len {max_cache_len} is longer than {where}'s max_position_embeddings "
+                         f"({positions}): the model has no positions past it; pass --max-cache-len {positions} or less")
+
+
 def check_model(source: str, task: str = "generate", instance: str = "trn2", *, dtype=None, batch_size: int = 1,
                 max_cache_len: int | None = None, max_length: int = DEFAULT_SFT_MAX_LENGTH) -> ModelCheck:
     if task not in TASK_LEVELS:
@@ -539,6 +638,7 @@ def check_model(source: str, task: str = "generate", instance: str = "trn2", *, 
         raise CheckError("unknown_instance", f"instance {instance!r} is not a Trainium family hf_neuron knows: use "
                                              f"one of {', '.join(instances.FAMILIES)}")
     from hf_neuron.patching import upstream_behaviour
+    from hf_neuron.transformers import plan as P
     from hf_neuron.transformers.fix_scope import registered_fixes
 
     # The same answer with or without a neuron device in this process: sizes and traces are upstream's
@@ -546,6 +646,11 @@ def check_model(source: str, task: str = "generate", instance: str = "trn2", *, 
     with upstream_behaviour(*(f.name for f in registered_fixes())):
         config, where = resolve_config(source)
         model_class(config)
+        _check_cache_length(config, task, max_cache_len, where)
+        try:
+            P.resolve_dtype(config, dtype)
+        except P.PlanError as exc:
+            raise CheckError("bad_dtype", str(exc)) from None
         found = verdict(config.model_type, task)
         from hf_neuron.transformers.plan import vision_language
 

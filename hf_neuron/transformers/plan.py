@@ -209,7 +209,14 @@ def quantization_note(config, dtype: torch.dtype) -> str | None:
             f"sized unquantized, in {dtype_name}")
 
 
-def _resolve_dtype(config, dtype) -> torch.dtype:
+#: The usual short names of the dtypes a plan takes.
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+
+
+def resolve_dtype(config, dtype) -> torch.dtype:
+    """The dtype the weights are sized in: ``dtype`` (a name, an alias such as ``bf16``, or a torch dtype),
+    else the config's, else float32 (what Transformers loads a config without one in); a checkpoint
+    quantized in a way Transformers dequantizes on Neuron is bfloat16."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype is None and quantization_method(config) in DEQUANTIZED_ON_NEURON:
@@ -217,9 +224,10 @@ def _resolve_dtype(config, dtype) -> torch.dtype:
     name = dtype or getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32"
     if isinstance(name, torch.dtype):
         return name
-    resolved = getattr(torch, str(name).removeprefix("torch."), None)
+    name = str(name).removeprefix("torch.")
+    resolved = getattr(torch, DTYPE_ALIASES.get(name.lower(), name), None)
     if not isinstance(resolved, torch.dtype):
-        raise PlanError(f"unknown dtype {name!r}: use float32, bfloat16 or float16")
+        raise PlanError(f"unknown dtype {name!r}: use float32, bfloat16 or float16 (or fp32, bf16, fp16)")
     return resolved
 
 
@@ -323,7 +331,7 @@ def _plan_grid_vision(plan: Plan, tower, sizes, image_sizes) -> None:
 
 def _planned_model(config, dtype, tp: int):
     """``(dtype, meta model)`` for a plan, after checking that the model shards ``tp`` ways."""
-    torch_dtype = _resolve_dtype(config, dtype)
+    torch_dtype = resolve_dtype(config, dtype)
     model = meta_model(config, torch_dtype)
     _check_tp(model, _positive("tp", tp))
     return torch_dtype, model
@@ -729,6 +737,6 @@ def planned_shapes(plan: Plan) -> list[tuple[int, int]]:
 __all__ = [
     "MemoryEstimate", "Plan", "PlanError", "PlannedGraph", "default_ep_size", "device_bytes", "format_bytes",
     "is_expert_parameter", "kv_cache_bytes", "load_config",
-    "meta_model", "plan_generation", "plan_training", "planned_shapes", "sft_step_graphs", "training_batch_shapes",
+    "meta_model", "plan_generation", "resolve_dtype", "plan_training", "planned_shapes", "sft_step_graphs", "training_batch_shapes",
     "weight_bytes",
 ]

@@ -208,8 +208,21 @@ def _bad(tmp_path):
     (tmp_path / "broken.json").write_text("{not json")
     (tmp_path / "future.json").write_text(json.dumps({"model_type": "llama9000", "hidden_size": 8}))
     (tmp_path / "vision.json").write_text(json.dumps({"model_type": "vit"}))
+    llama = json.loads((CONFIGS / "llama-3.1-8b.json").read_text())
+    (tmp_path / "no-hidden-size.json").write_text(json.dumps({k: v for k, v in llama.items() if k != "hidden_size"}))
+    (tmp_path / "bert.json").write_text(json.dumps({  # bert-base-uncased's config
+        "architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512}))
+    pipeline = tmp_path / "pipeline"
+    pipeline.mkdir()
+    (pipeline / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
     good = str(CONFIGS / "llama-3.1-8b.json")
     return [
+        ([str(tmp_path / "no-hidden-size.json")], "missing_field", "has no hidden_size"),
+        ([str(tmp_path / "bert.json")], "not_text_generation", "BertForMaskedLM, not a text-generation head"),
+        ([str(pipeline)], "diffusers_pipeline", "hf-neuron compat diffusers"),
+        ([good, "--max-cache-len", "200000"], "cache_too_long", "--max-cache-len 131072 or less"),
+        ([good, "--dtype", "bf17"], "bad_dtype", "unknown dtype 'bf17'"),
         ([str(tmp_path / "nowhere" / "config.json")], "missing_path", "no such file or folder"),
         ([str(folder)], "no_config", "has no config.json"),
         (["acme/not-downloaded"], "not_in_cache", "hf download acme/not-downloaded config.json"),
@@ -224,13 +237,22 @@ def test_bad_input_is_one_line_and_a_distinct_status(capsys, monkeypatch, tmp_pa
     import huggingface_hub.constants as constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
-    seen = set()
-    for argv, kind, words in _bad(tmp_path):
+    seen, cases = set(), _bad(tmp_path)
+    for argv, kind, words in cases:
         status, out, err = _run(capsys, *argv)
         assert status == EXIT_STATUS[kind], (argv, err)
         assert out == "" and err.count("\n") == 1 and words in err and "Traceback" not in err, err
         seen.add(status)
-    assert len(seen) == 7 and not seen & {0, 1, 2, 3, 4, 5}
+    assert seen == {EXIT_STATUS[kind] for _, kind, _ in cases} and not seen & {0, 1, 2, 3, 4, 5}
+
+
+def test_dtype_names_take_the_usual_aliases_and_the_source_is_said(capsys):
+    status, out, _ = _run(capsys, str(CONFIGS / "llama-3.1-8b.json"), "--dtype", "bf16")
+    assert status == 0 and "parameters in bfloat16 (--dtype), 14.96 GiB of weights" in out
+    # gemma-2-9b's config says float32: bfloat16 would fit on one core, and the answer says so
+    status, out, _ = _run(capsys, str(CONFIGS / "gemma-2-9b.json"))
+    assert "in float32 (the config's torch_dtype)" in out
+    assert "in bfloat16 (--dtype bf16, half the bytes) it fits at TP=1 (1 core(s): trn2.3xlarge) instead" in out
 
 
 def test_a_vision_language_checkpoint_gets_the_verdict_of_generation_from_images(tmp_path):
@@ -243,3 +265,26 @@ def test_a_vision_language_checkpoint_gets_the_verdict_of_generation_from_images
     else:
         assert "hf-neuron compat --images --arch llava" in check.verdict.summary
     assert any(g["kind"] == "vision" for g in check.sizing.graphs)
+
+
+def test_notes_are_words_not_internal_errors(checks):
+    import re
+
+    for name, check in checks.items():
+        for note in check.sizing.notes:
+            assert not re.search(r"0x[0-9a-f]{6,}|Traceback|AssertionError", note), (name, note)
+
+
+def test_check_starts_no_simulated_device(tmp_path):
+    """check reads a config and builds meta models: with HF_NEURON_SIMULATOR=1 set, no simulated device is
+    installed for it (on a fresh install that would build the simulator's extension first)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom hf_neuron.cli import main\n"
+            f"status = main(['check', {str(CONFIGS / 'qwen2.5-0.5b.json')!r}])\n"
+            "print('simulated device:', 'hf_neuron.simulator.device' in sys.modules, 'status:', status)\n")
+    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "HF_NEURON_SIMULATOR": "1"},
+                            capture_output=True, text=True, timeout=300)
+    assert "simulated device: False status: 0" in result.stdout, result.stderr[-3000:]
