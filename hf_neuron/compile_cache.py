@@ -6,7 +6,9 @@ directory between machines, together with Dynamo's own cache artifacts
 (``torch.compiler.save_cache_artifacts``) when a warm-up recorded any, and a manifest of the
 environment that compiled them. A compiled graph is only valid for the same compiler, framework and
 device kind, so an import into an environment that differs in any of them is refused, naming each
-difference, before anything is written.
+difference, before anything is written; so is an archive whose files do not match the sha256 digests
+its manifest lists. An import loads compiled code (Dynamo's cache artifacts are pickled and unpickled
+at import): import only caches you made or trust, as you would a pickle.
 
     hf-neuron warmup MODEL --batch-sizes 1,4      # compile the planned graphs once
     hf-neuron cache export graphs.tar.gz          # pack them
@@ -15,6 +17,7 @@ difference, before anything is written.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -29,7 +32,8 @@ MANIFEST_NAME = "manifest.json"
 CACHE_PREFIX = "cache/"
 #: Dynamo's cache artifacts, saved into the cache directory by a warm-up (absent when Dynamo had none).
 DYNAMO_ARTIFACTS_NAME = "hf_neuron-dynamo-artifacts.bin"
-FORMAT = 1
+#: 2: the manifest holds every file's sha256, checked before an import writes anything.
+FORMAT = 2
 #: Manifest fields that must equal the importing environment's.
 MATCHED_FIELDS = ("hf_neuron", "torch", "torch_neuronx", "transformers", "device", "logical_nc_config")
 
@@ -143,7 +147,8 @@ def export_cache(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"(`hf-neuron warmup MODEL ...`, or one run of the workload) with the same {CACHE_DIR_ENV}."
         )
     manifest = dict(environment(), format=FORMAT, files=len(files),
-                    dynamo_artifacts=(directory / DYNAMO_ARTIFACTS_NAME).is_file())
+                    dynamo_artifacts=(directory / DYNAMO_ARTIFACTS_NAME).is_file(),
+                    sha256={relative.as_posix(): _sha256((directory / relative).open("rb")) for relative in files})
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -184,6 +189,30 @@ def differences(manifest: dict[str, Any], here: dict[str, Any] | None = None) ->
     ]
 
 
+def _sha256(stream) -> str:
+    digest = hashlib.sha256()
+    with stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_contents(tar: tarfile.TarFile, members: list[tarfile.TarInfo], manifest: dict[str, Any], path: Path) -> None:
+    """Every file of the archive is one the manifest lists, with its sha256, and none is missing."""
+    listed = manifest.get("sha256")
+    if not isinstance(listed, dict):
+        raise CacheError(f"{path}: its manifest lists no file digests; nothing imported")
+    names = {member.name[len(CACHE_PREFIX):] for member in members}
+    wrong = sorted(names ^ set(listed))
+    wrong += sorted(member.name[len(CACHE_PREFIX):] for member in members
+                    if member.name[len(CACHE_PREFIX):] in listed
+                    and _sha256(tar.extractfile(member)) != listed[member.name[len(CACHE_PREFIX):]])
+    if wrong:
+        raise CacheError(f"{path}: {len(wrong)} file(s) do not match the manifest's list and sha256 digests "
+                         f"({', '.join(wrong[:3])}{', ...' if len(wrong) > 3 else ''}): the archive was changed "
+                         "after `hf-neuron cache export`; nothing imported")
+
+
 def _cache_members(tar: tarfile.TarFile, path: Path) -> list[tarfile.TarInfo]:
     members = []
     for member in tar.getmembers():
@@ -222,6 +251,7 @@ def import_cache(path: str | os.PathLike[str]) -> dict[str, Any]:
                 + "\nExport the cache again from a machine with this environment (or install the same releases)."
             )
         members = _cache_members(tar, path)
+        _check_contents(tar, members, manifest, path)
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=directory, prefix=".import-") as staging:
             tar.extractall(staging, members=members, filter="data")

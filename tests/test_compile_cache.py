@@ -101,6 +101,42 @@ def test_import_rejects_members_outside_the_cache(warmed, tmp_path, monkeypatch,
     assert not (tmp_path / "escape.neff").exists()
 
 
+def _tampered(archive, out, change):
+    """``archive`` with its first cache file's bytes replaced by ``change(bytes)`` (the manifest kept)."""
+    with tarfile.open(archive, "r:gz") as src, tarfile.open(out, "w:gz") as dst:
+        changed = False
+        for member in src.getmembers():
+            data = src.extractfile(member).read()
+            if member.name != compile_cache.MANIFEST_NAME and not changed:
+                data, changed = change(data), True
+                member.size = len(data)
+            dst.addfile(member, io.BytesIO(data))
+    return out
+
+
+def test_a_tampered_archive_is_refused_and_nothing_is_written(warmed, tmp_path, monkeypatch, capsys):
+    archive = tmp_path / "graphs.tar.gz"
+    manifest = compile_cache.export_cache(archive)
+    assert len(manifest["sha256"]) == manifest["files"] == 2
+    _use(monkeypatch, tmp_path / "target")
+    for name, change in (("flipped", lambda data: bytes([data[0] ^ 1]) + data[1:]), ("appended", lambda data: data + b"x")):
+        bad = _tampered(archive, tmp_path / f"{name}.tar.gz", change)
+        assert main(["cache", "import", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert "do not match the manifest's list and sha256 digests" in err and "nothing imported" in err
+        assert not (tmp_path / "target").exists() or not any((tmp_path / "target").iterdir())
+    unlisted = _rewrite_manifest(archive, tmp_path / "unlisted.tar.gz", sha256=None)
+    with pytest.raises(compile_cache.CacheError, match="lists no file digests"):
+        compile_cache.import_cache(unlisted)
+    assert main(["cache", "import", str(archive)]) == 0  # the untouched archive imports
+
+
+def test_import_help_says_to_import_only_trusted_caches(capsys):
+    with pytest.raises(SystemExit):
+        main(["cache", "import", "--help"])
+    assert "only caches you made or trust" in " ".join(capsys.readouterr().out.split())
+
+
 def test_clear_errors_for_bad_files_and_an_empty_cache(tmp_path, monkeypatch):
     _use(monkeypatch, tmp_path / "empty")
     with pytest.raises(compile_cache.CacheError, match="is empty: compile the workload"):

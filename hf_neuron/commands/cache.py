@@ -3,7 +3,11 @@
 Export packs TorchNeuron's compiled-graph cache (``TORCH_NEURONX_NEFF_CACHE_DIR``), Dynamo's cache
 artifacts a warm-up saved, and a manifest of the versions and device kind that compiled them. Import
 unpacks them on another machine with the same environment; where anything differs it names each
-difference and imports nothing.
+difference and imports nothing, and an archive whose files do not match the sha256 digests of its
+manifest is refused the same way.
+
+Import only caches you made or trust: a cache is compiled code, and Dynamo's cache artifacts are
+pickled data that is unpickled at import (as loading any pickle, it can run code).
 """
 
 from __future__ import annotations
@@ -20,7 +24,12 @@ def register(subparsers) -> None:
     export = sub.add_parser("export", help="pack the compiled-graph cache into FILE (.tar.gz)")
     export.add_argument("file", metavar="FILE")
     export.set_defaults(func=run_export)
-    imported = sub.add_parser("import", help="unpack FILE into this machine's compiled-graph cache")
+    imported = sub.add_parser("import", help="unpack FILE into this machine's compiled-graph cache (only a "
+                                             "cache you made or trust: it loads pickled compiled code)",
+                              description="Unpack FILE (from `hf-neuron cache export`) into this machine's "
+                                          "compiled-graph cache, after checking its environment and every file's "
+                                          "sha256. Import only caches you made or trust: Dynamo's cache artifacts "
+                                          "are pickled and loaded at import, and can run code.")
     imported.add_argument("file", metavar="FILE")
     imported.set_defaults(func=run_import)
     info = sub.add_parser("info", help="where the cache is, how many files it holds, this environment")

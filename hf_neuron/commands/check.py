@@ -1,7 +1,9 @@
 """hf-neuron check MODEL: does this model run on Trainium, with which fixes, on how many NeuronCores?
 
 MODEL is a local model folder, a config.json, or a Hub id already in the local Hugging Face cache (no
-network, no weights read: seconds for a model of any size). The answer has three parts:
+network, no weights read: seconds for a model of any size). The config is read as JSON into the
+installed Transformers' own config class: a checkpoint's own code (trust_remote_code) is never imported
+or run. The answer has three parts:
 
   verdict  its architecture's result in the compatibility results of the installed Transformers
            (levels passed, compiled or not, the failure reason), or "not tested" and how to test it
