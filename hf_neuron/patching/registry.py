@@ -56,6 +56,12 @@ class Fix:
     detect: Callable[[], object]
     apply: Callable[[], None]
     waits_for: str | None = None
+    # What the fix applies to, declared where it is registered (hf-neuron check and the compatibility
+    # page read it): the model types it exists for (empty: every model of its capability), a modality
+    # ("image": vision-language models only) and a layer kind ("sliding_window", "recurrent", "experts").
+    model_types: tuple[str, ...] = ()
+    modality: str | None = None
+    layer_kind: str | None = None
     hooked: bool = dataclasses.field(default=False, repr=False)  # waiting for its module's import
     status: str = WAITING
     reason: str = "not applied yet (library not imported)"
@@ -86,18 +92,28 @@ def disabled_fix_names() -> set[str]:
     return {name.strip() for name in value.split(",") if name.strip()}
 
 
-def fix(name: str, library: str, detect: Callable[[], object], *, waits_for: str | None = None):
+#: The modalities and layer kinds a fix may be declared for.
+MODALITIES = ("image",)
+LAYER_KINDS = ("sliding_window", "recurrent", "experts")
+
+
+def fix(name: str, library: str, detect: Callable[[], object], *, waits_for: str | None = None,
+        model_types: tuple[str, ...] = (), modality: str | None = None, layer_kind: str | None = None):
     """Decorator registering ``apply`` as the fix ``name`` for ``library``.
 
     The decorated function's docstring is the fix's description of the upstream gap.
     ``detect()`` returns True when the gap exists (so the fix is needed), False when upstream
     closes it, :data:`PENDING` when it cannot run yet; raising means "cannot tell". With
-    ``waits_for``, both run once that module has been imported.
+    ``waits_for``, both run once that module has been imported. ``model_types``, ``modality`` and
+    ``layer_kind`` declare what the fix applies to (see :class:`Fix`).
     """
+    if modality not in (None, *MODALITIES) or layer_kind not in (None, *LAYER_KINDS):
+        raise ValueError(f"fix {name}: modality must be one of {MODALITIES}, layer_kind one of {LAYER_KINDS}")
 
     def register(apply: Callable[[], None]) -> Callable[[], None]:
         gap = " ".join((apply.__doc__ or "").strip().split("\n\n")[0].split())
-        _FIXES[name] = Fix(name=name, library=library, gap=gap, detect=detect, apply=apply, waits_for=waits_for)
+        _FIXES[name] = Fix(name=name, library=library, gap=gap, detect=detect, apply=apply, waits_for=waits_for,
+                           model_types=tuple(model_types), modality=modality, layer_kind=layer_kind)
         return apply
 
     return register

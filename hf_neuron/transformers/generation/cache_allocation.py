@@ -463,7 +463,8 @@ def _early_init_shapes_differ_from_writes() -> bool:
 
 # Decided when MiMo-V2-Flash's modeling module is imported: the only architecture known to write
 # other shapes than its config says (its tiny model is the detector's probe).
-@fix(SHAPES_FIX_NAME, "transformers", _early_init_shapes_differ_from_writes, waits_for=MIMO_MODULE)
+@fix(SHAPES_FIX_NAME, "transformers", _early_init_shapes_differ_from_writes, waits_for=MIMO_MODULE,
+     model_types=("mimo_v2_flash",))
 def patch_measure_early_init_shapes() -> None:
     """Generate allocates a chunked prefill's static cache from the config's key/value heads and head
     size, but MiMo-V2-Flash's sliding layers write twice the heads and values of a smaller head size:

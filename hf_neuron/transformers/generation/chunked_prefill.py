@@ -223,7 +223,8 @@ def _recurrent_mask_entries():
     return found
 
 
-@fix(RECURRENT_MASK_FIX, "transformers", _recurrent_mask_skipped_without_padding, waits_for=GENERATION_MODULE)
+@fix(RECURRENT_MASK_FIX, "transformers", _recurrent_mask_skipped_without_padding, waits_for=GENERATION_MODULE,
+     layer_kind="recurrent")
 def patch_compiled_prefill_recurrent_mask() -> None:
     """A compiled prefill of a hybrid model gets a linear-attention mask for padded prompts and none otherwise.
 

@@ -208,7 +208,7 @@ def _encode_with_compiled_tower(original_fn, self, tower, make_forward, config, 
         del tower.forward
 
 
-@fix(ENCODER_FIX, "transformers", _encoder_runs_uncompiled, waits_for=GENERATION_MODULE)
+@fix(ENCODER_FIX, "transformers", _encoder_runs_uncompiled, waits_for=GENERATION_MODULE, modality="image")
 def patch_compiled_image_encoder() -> None:
     """The vision tower of a vision-language model runs uncompiled in ``generate``.
 
@@ -289,7 +289,8 @@ def _compile_the_decoder_for_images(original_fn, self, compile_config):
     return _call_with_compiled_decoder(self, decoder, compile_config or _compile_config(self))
 
 
-@fix(DECODER_FIX, "transformers", _compiles_the_whole_forward, waits_for="transformers.modeling_utils")
+@fix(DECODER_FIX, "transformers", _compiles_the_whole_forward, waits_for="transformers.modeling_utils",
+     modality="image")
 def patch_compile_the_decoder() -> None:
     """Prompts with images compile a graph per count of image tokens in a prefill chunk.
 

@@ -77,7 +77,8 @@ def _init_shape_asks_for_attention_heads() -> bool:
     return shape is not None
 
 
-@fix(INIT_SHAPE_FIX, "transformers", _init_shape_asks_for_attention_heads, waits_for=GENERATION_MODULE)
+@fix(INIT_SHAPE_FIX, "transformers", _init_shape_asks_for_attention_heads, waits_for=GENERATION_MODULE,
+     layer_kind="recurrent")
 def patch_recurrent_only_init_shape() -> None:
     """A chunked prefill's static cache cannot be made for a state-space model (Mamba, Mamba-2).
 
@@ -178,7 +179,8 @@ def _chunked_prefill_refuses_recurrent_cache() -> bool:
     return any(width is not None and width != tokens for tokens, width in seen)
 
 
-@fix(PREFILL_FIX, "transformers", _chunked_prefill_refuses_recurrent_cache, waits_for=GENERATION_MODULE)
+@fix(PREFILL_FIX, "transformers", _chunked_prefill_refuses_recurrent_cache, waits_for=GENERATION_MODULE,
+     layer_kind="recurrent")
 def patch_chunked_prefill_of_recurrent_cache() -> None:
     """Generate's chunked prefill of a cache of recurrent layers only (Mamba, Mamba-2) fails, or
     compiles one graph per chunk.

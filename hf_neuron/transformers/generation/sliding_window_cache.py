@@ -105,7 +105,8 @@ def _set_length_int(self, value: int) -> None:
         self.cumulative_length.fill_(int(value))
 
 
-@fix(FIX_NAME, "transformers", _upstream_tracks_python_int, waits_for="transformers.cache_utils")
+@fix(FIX_NAME, "transformers", _upstream_tracks_python_int, waits_for="transformers.cache_utils",
+     layer_kind="sliding_window")
 def patch_static_sliding_window_layer() -> None:
     """Sliding-window static cache layers recompile at every decode step under torch.compile.
 
@@ -184,7 +185,8 @@ def _mask_sizes_data_dependent_when_traced() -> bool:
     return False
 
 
-@fix(MASK_SIZES_FIX, "transformers", _mask_sizes_data_dependent_when_traced, waits_for="transformers.cache_utils")
+@fix(MASK_SIZES_FIX, "transformers", _mask_sizes_data_dependent_when_traced, waits_for="transformers.cache_utils",
+     layer_kind="sliding_window")
 def patch_sliding_window_mask_sizes() -> None:
     """A forward that asks a static sliding-window layer for its mask sizes inside the compiled graph
     (Inkling's relative-position bias) cannot be traced: the offset is read off the length tensor as an int.
@@ -233,7 +235,7 @@ def _hybrid_sliding_mask_ignores_the_window() -> bool:
 
 
 @fix(HYBRID_SLIDING_FIX, "transformers", _hybrid_sliding_mask_ignores_the_window,
-     waits_for="transformers.masking_utils")
+     waits_for="transformers.masking_utils", layer_kind="sliding_window")
 def patch_hybrid_sliding_mask() -> None:
     """Generate's masks for "hybrid_sliding" layers (Inkling's sliding-window attention next to a
     short convolution) are plain causal masks, sized for the full-attention layers: a compiled

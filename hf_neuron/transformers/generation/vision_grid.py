@@ -418,7 +418,7 @@ def _grid_helpers_break_the_graph() -> bool:
     return breaks or not traces_whole(lambda g: vision_utils.get_vision_cu_seqlens(g), grid)
 
 
-@fix(GRID_FIX, "transformers", _grid_helpers_break_the_graph, waits_for="transformers.vision_utils")
+@fix(GRID_FIX, "transformers", _grid_helpers_break_the_graph, waits_for="transformers.vision_utils", modality="image")
 def patch_static_grid_towers() -> None:
     """Dynamic-resolution vision towers compile a graph per image size and several per call.
 

@@ -87,7 +87,7 @@ def _sizes_tensor_breaks_the_graph() -> bool:
     return True
 
 
-@fix(SIZES_FIX, "transformers", _sizes_tensor_breaks_the_graph, waits_for=PIXTRAL_MODULE)
+@fix(SIZES_FIX, "transformers", _sizes_tensor_breaks_the_graph, waits_for=PIXTRAL_MODULE, modality="image")
 def patch_sized_towers() -> None:
     """A vision tower that takes each image's size (Pixtral) breaks its graph at every size it reads.
 

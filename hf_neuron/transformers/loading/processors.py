@@ -95,7 +95,7 @@ def _video_base_is_missing() -> bool:
     return False
 
 
-@fix(FIX, "transformers", _video_base_is_missing, waits_for=PROCESSING_MODULE)
+@fix(FIX, "transformers", _video_base_is_missing, waits_for=PROCESSING_MODULE, modality="image")
 def patch_video_processor_lookup() -> None:
     """Without torchvision, no processor with a video processor (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, ...)
     can be built or loaded, even for text-only prompts: Qwen-Image-2.1's pipeline cannot start.

@@ -201,7 +201,7 @@ def _tp_leaves_experts_whole() -> bool:
     return not any(".mlp.experts." in name for name in {**tp_plan, **ep_plan})
 
 
-@fix(EXPERTS_FIX, "transformers", _tp_leaves_experts_whole, waits_for=MIXIN_MODULE)
+@fix(EXPERTS_FIX, "transformers", _tp_leaves_experts_whole, waits_for=MIXIN_MODULE, layer_kind="experts")
 def patch_experts_sharded_under_tp() -> None:
     """``DistributedConfig(tp_size=N)`` on a mixture-of-experts model leaves every expert on every rank.
 
@@ -265,7 +265,7 @@ def _auto_dispatch_reads_the_routing() -> bool:
     return recorded[0] != recorded[-1]
 
 
-@fix(DISPATCH_FIX, "transformers", _auto_dispatch_reads_the_routing, waits_for=MIXIN_MODULE)
+@fix(DISPATCH_FIX, "transformers", _auto_dispatch_reads_the_routing, waits_for=MIXIN_MODULE, layer_kind="experts")
 def patch_static_expert_dispatch() -> None:
     """Expert parallelism trains with an all-to-all whose split sizes follow the routing.
 
@@ -330,7 +330,7 @@ def _ep_errors_name_no_valid_size() -> bool:
     raise RuntimeError("DistributedConfig(tp_size=2, ep_size=3) was accepted")
 
 
-@fix(SIZES_FIX, "transformers", _ep_errors_name_no_valid_size, waits_for=CONFIG_MODULE)
+@fix(SIZES_FIX, "transformers", _ep_errors_name_no_valid_size, waits_for=CONFIG_MODULE, layer_kind="experts")
 def patch_ep_size_constraints() -> None:
     """An ``ep_size`` the layout or the experts cannot take fails with no size that would work, or late.
 
