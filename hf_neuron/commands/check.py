@@ -112,6 +112,7 @@ _OUTCOME_LINE = {
 
 def render(result, status: str) -> str:
     from hf_neuron import instances
+    from hf_neuron.transformers.model_check import TIGHT_MARGIN
     from hf_neuron.transformers.plan import format_bytes
 
     v, s = result.verdict, result.sizing
@@ -151,6 +152,9 @@ def render(result, status: str) -> str:
     at = f"TP={last['tp']}" + (f" x FSDP={last['fsdp']}" if last["fsdp"] > 1 else "")
     lines.append(f"  per NeuronCore at {at} ({format_bytes(s.device_bytes)} on {result.instance} at LNC=2): {parts} = "
                  f"{format_bytes(total)} ({100 * total / s.device_bytes:.0f}%)")
+    if s.tight:
+        lines.append(f"  tight: less than {TIGHT_MARGIN:.0%} of the core is left for the Neuron runtime's own memory "
+                     "(TorchNeuron documents no figure; the margin is hf_neuron's): expect to need the next layout")
     if s.fits:
         if s.instances:
             lines.append(f"  instances with {s.tp * s.fsdp} core(s) or more: " + ", ".join(

@@ -32,6 +32,10 @@ from hf_neuron.compat import results as R
 #: Compatibility levels each task needs: load, forward = CPU, then compiled generation or training.
 TASK_LEVELS = {"generate": ("L1", "L2", "L3"), "sft": ("L1", "L2", "L4")}
 TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
+#: The share of a NeuronCore's memory below which a fit is called tight. The Neuron runtime keeps part of
+#: the HBM for itself (collectives' buffers, the loaded program); TorchNeuron documents no figure for it,
+#: so this is hf_neuron's margin, said as such wherever it is used.
+TIGHT_MARGIN = 0.10
 DEFAULT_SFT_MAX_LENGTH = 1024  # TRL's SFTConfig.max_length default
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -363,6 +367,11 @@ class Sizing:
     def fits(self) -> bool:
         return self.tp is not None
 
+    @property
+    def tight(self) -> bool:
+        """Fits, but with less than TIGHT_MARGIN of the core left for the Neuron runtime's own buffers."""
+        return self.fits and self.per_core.get("total", 0) > (1 - TIGHT_MARGIN) * self.device_bytes
+
 
 def _degrees(config, family: str, has_plan: bool, lnc: int) -> tuple[list[int], str | None]:
     text = config.get_text_config(decoder=True)
@@ -617,6 +626,7 @@ class ModelCheck:
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["sizing"]["fits"] = self.sizing.fits
+        out["sizing"]["tight"] = self.sizing.tight
         return out
 
 

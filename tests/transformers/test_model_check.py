@@ -267,6 +267,13 @@ def test_a_vision_language_checkpoint_gets_the_verdict_of_generation_from_images
     assert any(g["kind"] == "vision" for g in check.sizing.graphs)
 
 
+def test_a_fit_near_the_whole_core_is_called_tight(checks, capsys):
+    assert checks["mixtral-8x7b"].sizing.tight  # 92% of the core
+    assert not checks["qwen3-30b-a3b"].sizing.tight  # 60%
+    status, out, _ = _run(capsys, str(CONFIGS / "mixtral-8x7b.json"))
+    assert status == 0 and "tight: less than 10% of the core is left for the Neuron runtime" in out
+
+
 def test_notes_are_words_not_internal_errors(checks):
     import re
 
