@@ -8,8 +8,9 @@ or run. The answer has three parts:
   verdict  its architecture's result in the compatibility results of the installed Transformers
            (levels passed, compiled or not, the failure reason), or "not tested" and how to test it
   plan     graphs and memory per NeuronCore at the smallest tensor-parallel degree that fits and
-           that the model's heads divide (a mixture of experts: its experts sharded over the TP group,
-           then TP x FSDP with expert parallelism when TP alone cannot place it), the
+           that the model's heads divide (a mixture of experts: its experts sharded over the TP group),
+           then TP x FSDP when TP alone cannot place it (expert parallelism across the FSDP ranks for a
+           mixture of experts), the
            DistributedConfig and torchrun line for it, and the instance sizes with that many cores
   fixes    the hf_neuron fixes this architecture and task rely on, and where its TP plan comes from
 

@@ -490,6 +490,8 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
             sizing.distributed_config, sizing.torchrun = layout.distributed_config(config), layout.torchrun()
     if experts:
         sizing.notes += _expert_notes(model, experts, layout, per_device, task)
+    if chosen is not None:
+        sizing.notes += _layout_notes(layout, task, family, lnc)
     sizing.dtype_source = _dtype_source(config, dtype)
     if torch_dtype == torch.float32 and dtype is None:
         sizing.notes += _bfloat16_note(tried, per_device, chosen, family, lnc)
@@ -511,22 +513,23 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
 
 def _layouts(config, degrees: list[int], experts: int, largest: int):
     """The layouts to try: tensor parallelism at each degree the heads allow, smallest first (routed
-    experts sharded over the TP group, as hf_neuron does on Neuron); then, for a mixture of experts, TP x
-    FSDP, fewest ranks first, with the experts sharded over every rank their count allows (expert
-    parallelism across the FSDP ranks; FSDP also splits each expert's weights where the experts are fewer
-    than the ranks). At equal ranks, the larger TP degree comes first."""
+    experts sharded over the TP group, as hf_neuron does on Neuron); then TP x FSDP, fewest ranks first,
+    for a model the heads' cap on TP leaves too large, a mixture of experts with its experts sharded over
+    every rank their count allows (expert parallelism across the FSDP ranks; FSDP also splits each
+    expert's weights where the experts are fewer than the ranks). At equal ranks, the larger TP degree
+    comes first."""
     from hf_neuron.transformers.plan import default_ep_size
 
     for tp in degrees:
         yield Layout(tp, 1, default_ep_size(config, tp))
-    if not experts or not degrees:
-        return
+    if not degrees or degrees[-1] == 1 and not experts:
+        return  # no tensor-parallel plan: FSDP alone is not a layout Transformers' DistributedConfig shards
     ranks = 2
     while ranks <= largest:
         for tp in sorted((d for d in degrees if d < ranks and ranks % d == 0), reverse=True):
             # the largest expert-parallel group the layout and the expert count allow
             ep = max((size for size in range(tp, ranks + 1, tp) if ranks % size == 0 and experts % size == 0),
-                     default=1)
+                     default=1) if experts else 1
             yield Layout(tp, ranks // tp, ep)
         ranks *= 2
 
@@ -589,6 +592,12 @@ def _expert_notes(model, experts: int, layout: Layout, per_device: int, task: st
                      "inside an expert); FSDP splits each expert's weights over the ranks the expert-parallel group "
                      "leaves" + (f" (here {layout.ranks // layout.ep} per expert)" if layout.ep > 1 and layout.fsdp > 1
                                  else ""))
+    return notes
+
+
+def _layout_notes(layout: Layout, task: str, family: str, lnc: int) -> list[str]:
+    """What an FSDP layout means for the user, and how many copies of the layout the instance holds."""
+    notes = []
     if layout.fsdp > 1:
         notes.append(f"FSDP {layout.fsdp}: every parameter is sharded over the FSDP ranks and each rank gathers one "
                      "layer at a time (counted as 'gathered'); " + (
@@ -596,6 +605,11 @@ def _expert_notes(model, experts: int, layout: Layout, per_device: int, task: st
                          "each rank generates its own prompts, all ranks stepping together (the same number of "
                          "new tokens: set min_new_tokens); hf_neuron's tests train in this layout, generation in it "
                          "is not covered by them"))
+    sizes = instances.sizes_holding(family, layout.ranks, lnc)
+    if task == "generate" and sizes and sizes[0].devices(lnc) >= 2 * layout.ranks:
+        copies = sizes[0].devices(lnc) // layout.ranks
+        notes.append(f"{sizes[0].name} has {sizes[0].devices(lnc)} cores: {copies} copies of this layout serve "
+                     f"side by side (data-parallel replicas, each its own torchrun job or process group)")
     return notes
 
 

@@ -27,7 +27,7 @@ CHECKPOINTS = {
     "gemma-2-9b": (9_241_705_984, 4, 2, "sliding window, float32"),
     "mamba-2.8b": (2_768_345_600, 4, 1, "state space"),
     "olmo-1b": (1_176_764_416, 4, 1, "dense, outside the top 100"),
-    "llama-3.1-405b": (405_853_388_800, 2, None, "dense, 8 kv heads"),
+    "llama-3.1-405b": (405_853_388_800, 2, (8, 8), "dense, 8 kv heads cap TP at 8"),
     "mixtral-8x7b": (46_702_792_704, 2, 4, "MoE, 8 experts"),
     "mixtral-8x22b": (140_620_634_112, 2, (8, 2), "MoE, one expert per layer larger than a core"),
     "qwen3-30b-a3b": (30_532_122_624, 2, 4, "MoE, 128 experts"),
@@ -84,6 +84,10 @@ def test_moe_layouts_name_the_distributed_config_and_the_launch(checks):
     assert large_experts.distributed_config == "DistributedConfig(tp_size=8, fsdp_size=2)"
     assert any("more than a NeuronCore holds" in note and "2 per expert" in note for note in large_experts.notes)
     assert checks["llama-3.1-8b"].sizing.distributed_config is None and not checks["llama-3.1-8b"].sizing.experts
+    # a dense model the heads cap at TP=8 gets FSDP beside it, and a small one the replicas an instance holds
+    assert checks["llama-3.1-405b"].sizing.distributed_config == "DistributedConfig(tp_size=8, fsdp_size=8)"
+    assert any("trn2.3xlarge has 4 cores: 4 copies of this layout serve side by side" in note
+               for note in checks["llama-3.1-8b"].sizing.notes)
 
 
 def test_a_quantized_checkpoint_is_sized_as_transformers_loads_it_on_neuron(checks):
@@ -170,7 +174,7 @@ def test_cli_prints_the_answer_and_its_exit_status(capsys):
     assert status == EXIT_STATUS["passes"] == 0
     assert "tensor parallel 1: the smallest degree that fits" in out and "trn2.3xlarge" in out
     assert err == ""  # nothing but the answer (no upstream warnings)
-    status, out, _ = _run(capsys, str(CONFIGS / "llama-3.1-405b.json"), "--json")
+    status, out, _ = _run(capsys, str(CONFIGS / "llama-3.1-405b.json"), "--json", "--dtype", "float32")
     data = json.loads(out)
     assert status == EXIT_STATUS["does_not_fit"] and data["outcome"] == "does_not_fit"
     assert data["sizing"]["fits"] is False
