@@ -489,7 +489,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
         if layout.ranks > 1:
             sizing.distributed_config, sizing.torchrun = layout.distributed_config(config), layout.torchrun()
     if experts:
-        sizing.notes += _expert_notes(model, experts, layout, per_device, task)
+        sizing.notes += _expert_notes(model, experts, layout, per_device)
     if chosen is not None:
         sizing.notes += _layout_notes(layout, task, family, lnc)
     sizing.dtype_source = _dtype_source(config, dtype)
@@ -574,7 +574,7 @@ def _largest_layer_bytes(model, layout: Layout, plan_keys) -> int:
 _LAYER = re.compile(r"^.*?\.\d+\.")
 
 
-def _expert_notes(model, experts: int, layout: Layout, per_device: int, task: str) -> list[str]:
+def _expert_notes(model, experts: int, layout: Layout, per_device: int) -> list[str]:
     """What the sizing assumed about the routed experts, and an expert too large for one core."""
     from hf_neuron.transformers.plan import format_bytes, is_expert_parameter
 
