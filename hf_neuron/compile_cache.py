@@ -189,6 +189,11 @@ def differences(manifest: dict[str, Any], here: dict[str, Any] | None = None) ->
     ]
 
 
+def _in_cache(member: tarfile.TarInfo) -> str:
+    """An archive member's path inside the cache directory."""
+    return member.name[len(CACHE_PREFIX):]
+
+
 def _sha256(stream) -> str:
     digest = hashlib.sha256()
     with stream:
@@ -202,11 +207,10 @@ def _check_contents(tar: tarfile.TarFile, members: list[tarfile.TarInfo], manife
     listed = manifest.get("sha256")
     if not isinstance(listed, dict):
         raise CacheError(f"{path}: its manifest lists no file digests; nothing imported")
-    names = {member.name[len(CACHE_PREFIX):] for member in members}
-    wrong = sorted(names ^ set(listed))
-    wrong += sorted(member.name[len(CACHE_PREFIX):] for member in members
-                    if member.name[len(CACHE_PREFIX):] in listed
-                    and _sha256(tar.extractfile(member)) != listed[member.name[len(CACHE_PREFIX):]])
+    names = {_in_cache(member): member for member in members}
+    wrong = sorted(set(names) ^ set(listed))
+    wrong += sorted(name for name, member in names.items()
+                    if name in listed and _sha256(tar.extractfile(member)) != listed[name])
     if wrong:
         raise CacheError(f"{path}: {len(wrong)} file(s) do not match the manifest's list and sha256 digests "
                          f"({', '.join(wrong[:3])}{', ...' if len(wrong) > 3 else ''}): the archive was changed "
@@ -218,7 +222,7 @@ def _cache_members(tar: tarfile.TarFile, path: Path) -> list[tarfile.TarInfo]:
     for member in tar.getmembers():
         if member.name == MANIFEST_NAME:
             continue
-        relative = member.name[len(CACHE_PREFIX):]
+        relative = _in_cache(member)
         parts = Path(relative).parts
         if (not member.name.startswith(CACHE_PREFIX) or not member.isfile() or not parts
                 or Path(relative).is_absolute() or ".." in parts):
@@ -256,7 +260,7 @@ def import_cache(path: str | os.PathLike[str]) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(dir=directory, prefix=".import-") as staging:
             tar.extractall(staging, members=members, filter="data")
             for member in members:
-                target = directory / member.name[len(CACHE_PREFIX):]
+                target = directory / _in_cache(member)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(Path(staging) / member.name, target)
     artifacts = directory / DYNAMO_ARTIFACTS_NAME

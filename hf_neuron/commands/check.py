@@ -128,7 +128,7 @@ def render(result, status: str) -> str:
     tried = ", ".join(map(str, s.degrees_tried)) or "none"
     limit = f"; no higher: {s.limit}" if s.limit else ""
     if s.fits and s.fsdp > 1:
-        lines.append(f"  tensor parallel {s.tp} x FSDP {s.fsdp} ({s.tp * s.fsdp} ranks): the fewest ranks that fit "
+        lines.append(f"  tensor parallel {s.tp} x FSDP {s.fsdp} ({s.layout.ranks} ranks): the fewest ranks that fit "
                      f"(tensor parallelism alone does not: degrees the heads allow: {tried}{limit})")
     elif s.fits:
         lines.append(f"  tensor parallel {s.tp}: the smallest degree that fits (degrees the heads allow: {tried}{limit})")
@@ -149,20 +149,18 @@ def render(result, status: str) -> str:
                        ("activations", "activations"),
                        ("gradients", "gradients"), ("optimizer", "AdamW state")) if s.per_core.get(key))
     total = s.per_core.get("total", 0)
-    last = s.layouts_tried[-1] if s.layouts_tried else {"tp": 1, "fsdp": 1}
-    at = f"TP={last['tp']}" + (f" x FSDP={last['fsdp']}" if last["fsdp"] > 1 else "")
-    lines.append(f"  per NeuronCore at {at} ({format_bytes(s.device_bytes)} on {result.instance} at LNC=2): {parts} = "
+    lines.append(f"  per NeuronCore at {s.layout.label} ({format_bytes(s.device_bytes)} on {result.instance} at LNC=2): {parts} = "
                  f"{format_bytes(total)} ({100 * total / s.device_bytes:.0f}%)")
     if s.tight:
         lines.append(f"  tight: less than {TIGHT_MARGIN:.0%} of the core is left for the Neuron runtime's own memory "
                      "(TorchNeuron documents no figure; the margin is hf_neuron's): expect to need the next layout")
     if s.fits:
         if s.instances:
-            lines.append(f"  instances with {s.tp * s.fsdp} core(s) or more: " + ", ".join(
+            lines.append(f"  instances with {s.layout.ranks} core(s) or more: " + ", ".join(
                 f"{size.name} ({size.chips} chip(s), {size.devices()} cores)"
                 for size in instances.INSTANCE_SIZES if size.name in s.instances))
         else:
-            lines.append(f"  needs {s.chips} {result.instance} chip(s) ({s.tp * s.fsdp} cores at LNC=2); the documentation "
+            lines.append(f"  needs {s.chips} {result.instance} chip(s) ({s.layout.ranks} cores at LNC=2); the documentation "
                          f"names no {result.instance} instance size")
     note = f" ({result.tp_plan_note})" if result.tp_plan_note else ""
     lines += ["", f"tensor-parallel plan: {_PLAN_SOURCE[result.tp_plan]}{note}",

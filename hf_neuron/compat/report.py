@@ -182,9 +182,7 @@ def render_section(results: dict, chart_name: str | None, ranking=None, results_
     out += [headline, ""]
     if summary["moe_types"]:
         out += [f"**MoE types with sharded experts: {summary['moe_sharded']} of {summary['moe_types']}** "
-                f"(mixture-of-experts architectures of the top-100 whose L5 passes with each rank holding only its "
-                "share of the routed experts' weights, CPU's tokens and a training step with CPU's loss and expert "
-                "gradients).", ""]
+                f"(of the top-100: {MOE_SHARDED_MEANING}).", ""]
     check = results.get("l3_check")
     out += [f"L3 in this file: {check}." if check else
             "L3 in this file is the earlier single-prompt check (one prompt, batch 1, graph count recorded, not "
@@ -329,6 +327,11 @@ def headline_numbers(results: dict) -> dict:
     }
 
 
+#: What "MoE types with sharded experts" counts, said once for every page that shows it.
+MOE_SHARDED_MEANING = ("mixture-of-experts architectures whose L5 passes with each rank holding only its share of the "
+                       "routed experts' weights, CPU's tokens and a training step with CPU's loss and expert gradients")
+
+
 def moe_cell(counts: dict) -> str:
     return f"{counts['moe_sharded']} of {counts['moe_types']}" if counts["moe_types"] else "not recorded"
 
@@ -355,9 +358,7 @@ def render_headline(files: list[Path]) -> str:
             lines.append(f"| {h['transformers_version']}, {h['device']} | {a['types']} | {a['compiled']} "
                          f"({a['percent']}%) | {a['uncompiled']} | {a['l1_l4']} | {a['l5_pass']} of {a['l5_tested']} | "
                          f"{moe_cell(a)} |")
-        lines += ["", "MoE types with sharded experts: mixture-of-experts architectures whose L5 passes with each rank "
-                  "holding only its share of the routed experts' weights, CPU's tokens and a training step with CPU's "
-                  "loss and expert gradients."]
+        lines += ["", f"MoE types with sharded experts: {MOE_SHARDED_MEANING}."]
     return "\n".join(lines)
 
 

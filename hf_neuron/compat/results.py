@@ -247,12 +247,16 @@ def is_moe(rec: dict) -> bool:
     return bool((details.get("L1") or {}).get("routed_experts") or (details.get("L5") or {}).get("experts"))
 
 
+def experts_split(experts: dict, ranks: int) -> bool:
+    """Each of ``ranks`` ranks holds only its share of the routed experts' weights (``experts``: L5's record)."""
+    return experts["expert_weights_per_rank"] <= 1 / ranks + 1e-3
+
+
 def experts_sharded(rec: dict) -> bool:
     """L5 passed with each rank holding only its share of the routed experts' weights."""
     l5 = (rec.get("details") or {}).get("L5") or {}
-    experts, tp = l5.get("experts"), l5.get("tp_size") or 2
-    return (rec["levels"].get("L5") == "pass" and bool(experts)
-            and experts["expert_weights_per_rank"] <= 1 / tp + 1e-3)
+    experts = l5.get("experts")
+    return rec["levels"].get("L5") == "pass" and bool(experts) and experts_split(experts, l5.get("tp_size") or 2)
 
 
 def _moe_counts(records: list[dict]) -> dict:

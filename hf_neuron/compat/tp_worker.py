@@ -88,6 +88,7 @@ def compare_with_single_device(model_dir: Path, cls, world: int, inputs: dict | 
     from transformers import DistributedConfig
 
     from hf_neuron.compat.levels import LevelFailure, describe_exception
+    from hf_neuron.compat.results import experts_split
     from hf_neuron.transformers.tensor_parallel.experts import has_expert_plan
 
     single = cls.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -121,7 +122,7 @@ def compare_with_single_device(model_dir: Path, cls, world: int, inputs: dict | 
             # shards them by expert, older plans inside each expert). Replicated experts fail the level:
             # the bulk of an MoE checkpoint on every rank is not tensor parallelism.
             details["experts"] = experts
-            if experts["expert_weights_per_rank"] > 1 / world + 1e-3:
+            if not experts_split(experts, world):
                 raise LevelFailure.with_details(
                     details, f"routed experts not sharded under TP={world}: each rank holds "
                     f"{experts['expert_weights_per_rank']:.0%} of the {experts['experts']} experts' weights "
@@ -155,12 +156,12 @@ def describe_experts(single, sharded) -> dict | None:
     """The routed experts of ``sharded`` (this rank's share) against the whole model ``single``: ``{"experts":
     total, "local_experts": held by this rank (whole or in part), "expert_weights_per_rank": share of the
     experts' weights, "ep_size", "ep_implementation"}``, or None for a dense model."""
-    from hf_neuron.transformers.tensor_parallel.experts import expert_layout, routed_expert_count
+    from hf_neuron.transformers.tensor_parallel.experts import expert_layout, is_expert_parameter, routed_expert_count
 
     total = routed_expert_count(single.config)
     if not total:
         return None
-    whole = {name: p.numel() for name, p in single.named_parameters() if ".experts." in name}
+    whole = {name: p.numel() for name, p in single.named_parameters() if is_expert_parameter(name)}
     held = sum((p.to_local() if hasattr(p, "to_local") else p).numel()
                for name, p in sharded.named_parameters() if name in whole)
     layout = expert_layout(sharded) or {}
@@ -177,6 +178,7 @@ def training_step_matches_cpu(single, sharded, ids, world: int) -> dict:
     import torch
 
     from hf_neuron.compat.levels import LevelFailure
+    from hf_neuron.transformers.tensor_parallel.experts import is_expert_parameter
 
     losses, grads = [], []
     for model, device in ((single, "cpu"), (sharded, next(sharded.parameters()).device)):
@@ -186,7 +188,8 @@ def training_step_matches_cpu(single, sharded, ids, world: int) -> dict:
         loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         losses.append((loss.full_tensor() if hasattr(loss, "full_tensor") else loss).item())
-        grads.append({name: p.grad for name, p in model.named_parameters() if ".experts." in name and p.grad is not None})
+        grads.append({name: p.grad for name, p in model.named_parameters()
+                      if is_expert_parameter(name) and p.grad is not None})
         model.eval()
     loss_diff = abs(losses[1] - losses[0])
     if loss_diff > TRAIN_LOSS_ATOL * max(1.0, abs(losses[0])):
@@ -210,8 +213,6 @@ def training_step_matches_cpu(single, sharded, ids, world: int) -> dict:
         raise LevelFailure(f"TP={world} training step: no routed expert received a gradient", op="backward")
     return {"loss": losses[1], "cpu_loss": losses[0], "loss_diff": loss_diff, "max_grad_diff": grad_diff,
             "expert_gradients_compared": compared}
-
-
 
 
 def sharded_fraction(model) -> float:

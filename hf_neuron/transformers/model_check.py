@@ -144,10 +144,8 @@ def _check_sized_fields(config, data: dict, where: str) -> None:
         text = config.get_text_config(decoder=True)
     except ValueError:
         text = config
-    raw = data
-    for name, sub in config.to_dict().items():  # the text config's own dict, when it is nested
-        if isinstance(sub, dict) and text is getattr(config, name, None):
-            raw = data.get(name) or {}
+    raw = next((sub for name, sub in data.items()  # the text config's own dict, when it is nested
+                if isinstance(sub, dict) and getattr(config, name, None) is text), data)
     aliases = {canonical: [alias for alias, target in getattr(type(text), "attribute_map", {}).items()
                            if target == canonical] for canonical in SIZED_FIELDS}
     default = type(text)()
@@ -323,6 +321,10 @@ class Layout:
     def ranks(self) -> int:
         return self.tp * self.fsdp
 
+    @property
+    def label(self) -> str:
+        return f"TP={self.tp}" + (f" x FSDP={self.fsdp}" if self.fsdp > 1 else "")
+
     def distributed_config(self, config) -> str:
         """The ``DistributedConfig(...)`` that gives this layout on Neuron with hf_neuron (which shards the
         experts over the TP group by itself: ``ep_size`` is written only where it differs)."""
@@ -356,8 +358,7 @@ class Sizing:
     notes: list[str] = dataclasses.field(default_factory=list)
     totals: dict[int, int] = dataclasses.field(default_factory=dict)  # bytes per core at each TP degree tried
     experts: int = 0  # routed experts per MoE layer (0: dense)
-    fsdp: int = 1  # of the layout that fits (or of the last one tried)
-    ep: int = 1
+    layout: Layout = Layout(1)  # the layout that fits (or the last one tried)
     distributed_config: str | None = None  # the line to use, when it fits at more than one rank
     torchrun: str | None = None
     layouts_tried: list[dict] = dataclasses.field(default_factory=list)  # {tp, fsdp, ep, total} in order
@@ -366,6 +367,14 @@ class Sizing:
     @property
     def fits(self) -> bool:
         return self.tp is not None
+
+    @property
+    def fsdp(self) -> int:
+        return self.layout.fsdp
+
+    @property
+    def ep(self) -> int:
+        return self.layout.ep
 
     @property
     def tight(self) -> bool:
@@ -474,7 +483,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
         per_core["total"] = sum(per_core.values())
         if layout.fsdp == 1:
             totals[layout.tp] = per_core["total"]
-        tried.append({"tp": layout.tp, "fsdp": layout.fsdp, "ep": layout.ep, "total": per_core["total"]})
+        tried.append((layout, per_core["total"]))
         if per_core["total"] <= per_device:
             chosen = layout.tp
             break
@@ -482,7 +491,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
     sizing = Sizing(chosen, str(torch_dtype).removeprefix("torch."), parameters, whole, per_core,
                     per_device, graphs, graph_count, compiled, degrees, limit,
                     traced_layers=kept if kept != layers else None, notes=notes, totals=totals, experts=experts,
-                    fsdp=layout.fsdp, ep=layout.ep, layouts_tried=tried)
+                    layout=layout, layouts_tried=[{**dataclasses.asdict(lay), "total": total} for lay, total in tried])
     if chosen is not None:
         sizing.instances = [s.name for s in instances.sizes_holding(family, layout.ranks, lnc)]
         sizing.chips = math.ceil(layout.ranks / instances.logical_cores_per_chip(lnc))
@@ -538,27 +547,27 @@ def _dtype_source(config, dtype) -> str:
     """Where the sizing's dtype comes from, in words."""
     from hf_neuron.transformers.plan import DEQUANTIZED_ON_NEURON, quantization_method
 
+    method = quantization_method(config)
     if dtype is not None:
         return "--dtype"
-    if quantization_method(config) in DEQUANTIZED_ON_NEURON:
-        return f"the {quantization_method(config)} checkpoint dequantized, as Transformers loads it on Neuron"
+    if method in DEQUANTIZED_ON_NEURON:
+        return f"the {method} checkpoint dequantized, as Transformers loads it on Neuron"
     if getattr(config, "dtype", None) or getattr(config, "torch_dtype", None):
         return "the config's torch_dtype"
     return "the config names no torch_dtype: float32, as Transformers loads it"
 
 
-def _bfloat16_note(tried: list[dict], per_device: int, chosen: int | None, family: str, lnc: int) -> list[str]:
+def _bfloat16_note(tried: list[tuple[Layout, int]], per_device: int, chosen: int | None, family: str,
+                   lnc: int) -> list[str]:
     """Where the same model in bfloat16 (every weight, cache and activation half the bytes) would take fewer
     cores than in float32: the layout it would fit at."""
-    for entry in tried:
-        if entry["total"] / 2 <= per_device:
-            if entry is tried[-1] and chosen is not None:
+    for index, (layout, total) in enumerate(tried):
+        if total / 2 <= per_device:
+            if index == len(tried) - 1 and chosen is not None:
                 return []  # the float32 layout already
-            ranks = entry["tp"] * entry["fsdp"]
-            layout = f"TP={entry['tp']}" + (f" x FSDP={entry['fsdp']}" if entry["fsdp"] > 1 else "")
-            sizes = [size.name for size in instances.sizes_holding(family, ranks, lnc)]
-            return [f"sized in float32; in bfloat16 (--dtype bf16, half the bytes) it fits at {layout} "
-                    f"({ranks} core(s){': ' + sizes[0] if sizes else ''}) instead"]
+            sizes = [size.name for size in instances.sizes_holding(family, layout.ranks, lnc)]
+            return [f"sized in float32; in bfloat16 (--dtype bf16, half the bytes) it fits at {layout.label} "
+                    f"({layout.ranks} core(s){': ' + sizes[0] if sizes else ''}) instead"]
     return []
 
 
@@ -576,7 +585,8 @@ _LAYER = re.compile(r"^.*?\.\d+\.")
 
 def _expert_notes(model, experts: int, layout: Layout, per_device: int) -> list[str]:
     """What the sizing assumed about the routed experts, and an expert too large for one core."""
-    from hf_neuron.transformers.plan import format_bytes, is_expert_parameter
+    from hf_neuron.transformers.plan import format_bytes
+    from hf_neuron.transformers.tensor_parallel.experts import is_expert_parameter
 
     expert_bytes = sum(p.numel() * p.element_size() for name, p in model.named_parameters() if is_expert_parameter(name))
     notes = [f"mixture of experts: {experts} routed experts per MoE layer, {format_bytes(expert_bytes)} of expert "
@@ -668,8 +678,7 @@ def check_model(source: str, task: str = "generate", instance: str = "trn2", *, 
     # The same answer with or without a neuron device in this process: sizes and traces are upstream's
     # (the compatibility results say what hf_neuron's fixes change), and nothing is decided here.
     with upstream_behaviour(*(f.name for f in registered_fixes())):
-        config, where = resolve_config(source)
-        model_class(config)
+        config, where = resolve_config(source)  # refuses a config without a text-generation class
         _check_cache_length(config, task, max_cache_len, where)
         try:
             P.resolve_dtype(config, dtype)

@@ -460,11 +460,6 @@ def kv_cache_bytes(model, batch_size: int, max_cache_len: int, chunk: int) -> in
     return _cache_bytes(chunked_prefill_cache(model, batch_size, max_cache_len, chunk, torch.device("meta")))
 
 
-def is_expert_parameter(name: str) -> bool:
-    """A routed expert's weight (``...mlp.experts.gate_up_proj``, ``...experts.3.w1.weight``)."""
-    return ".experts." in name
-
-
 def default_ep_size(config, tp: int) -> int:
     """The expert-parallel size hf_neuron gives ``DistributedConfig(tp_size=tp)`` on Neuron: the TP group,
     when ``tp`` divides the routed experts (a dense model, or one ``tp`` does not divide: 1)."""
@@ -482,6 +477,8 @@ def weight_bytes(model, tp: int, tp_plan: dict | None = None, *, ep: int | None 
     it divides the experts); with FSDP every parameter is further sharded over the ``fsdp`` ranks (experts
     over the ranks their expert-parallel group leaves: ``tp * fsdp / ep``). ``select``: only the tensors
     whose name it accepts."""
+    from hf_neuron.transformers.tensor_parallel.experts import is_expert_parameter
+
     ep = default_ep_size(model.config, tp) if ep is None else ep
     patterns = _tp_patterns(model, tp_plan) if tp > 1 else []
     tensors = list(model.named_parameters()) + (list(model.named_buffers()) if buffers else [])
@@ -736,7 +733,7 @@ def planned_shapes(plan: Plan) -> list[tuple[int, int]]:
 
 __all__ = [
     "MemoryEstimate", "Plan", "PlanError", "PlannedGraph", "default_ep_size", "device_bytes", "format_bytes",
-    "is_expert_parameter", "kv_cache_bytes", "load_config",
+    "kv_cache_bytes", "load_config",
     "meta_model", "plan_generation", "resolve_dtype", "plan_training", "planned_shapes", "sft_step_graphs", "training_batch_shapes",
     "weight_bytes",
 ]

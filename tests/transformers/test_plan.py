@@ -167,7 +167,8 @@ def test_bad_input_is_a_clear_error(tmp_path, call, message):
 def test_routed_experts_are_sized_as_hf_neuron_shards_them():
     """Experts split over the TP group when its size divides them (hf_neuron's default on Neuron), whole on
     every rank when it does not; FSDP shards everything further."""
-    from hf_neuron.transformers.plan import is_expert_parameter, weight_bytes
+    from hf_neuron.transformers.plan import weight_bytes
+    from hf_neuron.transformers.tensor_parallel.experts import is_expert_parameter
 
     with torch.device("meta"):
         model = build_model("qwen3_moe")  # 4 experts

@@ -107,6 +107,11 @@ def routed_expert_count(config) -> int:
     return 0
 
 
+def is_expert_parameter(name: str) -> bool:
+    """A routed expert's weight (``...mlp.experts.gate_up_proj``, ``...experts.3.w1.weight``)."""
+    return ".experts." in name
+
+
 def _ep_plan(model) -> dict:
     """The model's expert-parallel plan ({} for a model or release without one)."""
     return getattr(model, "ep_plan", None) or {}
