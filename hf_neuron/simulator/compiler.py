@@ -20,7 +20,8 @@ Accepted graphs run with AOTAutograd and eager execution of the forward and back
 layouts, as in TorchNeuron's lowering to StableHLO (which has no strides): see
 :func:`_without_layouts`. Every graph is recorded in
 :mod:`hf_neuron.simulator.graph_log`, with whether the persistent compiled-graph cache
-(:mod:`hf_neuron.simulator.neff_cache`, under ``TORCH_NEURONX_NEFF_CACHE_DIR``) had it.
+(:mod:`hf_neuron.simulator.neff_cache`, under ``TORCH_NEURONX_NEFF_CACHE_DIR``) had it. An inference
+graph this process compiled before reuses its program (:mod:`hf_neuron.simulator.loaded_programs`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import os
 import warnings
 from typing import Any
 
-from hf_neuron.simulator import graph_log, neff_cache
+from hf_neuron.simulator import graph_log, loaded_programs, neff_cache
 from hf_neuron.simulator.neff_cache import COMPLEX_DECOMPOSE_ENV
 
 DYNAMIC_SHAPES_MESSAGE = "Dynamic shapes detected in the model, but torch-neuronx requires static shapes"
@@ -333,12 +334,22 @@ class _SimulatedCompile:
             key = neff_cache.graph_key(self.gm, code, self.example_inputs, self.mode)
             cached = neff_cache.lookup(key, code)
             self.fields.update(cache=neff_cache.MISS if cached is None else neff_cache.HIT, cache_key=key)
-            compiled = aot_autograd(
-                fw_compiler=functools.partial(self._compile_forward, has_backward=True),
-                bw_compiler=self._compile_backward,
-                inference_compiler=functools.partial(self._compile_forward, has_backward=False),
-                keep_inference_input_mutations=True,
-            )(self.gm, self.example_inputs)
+            program_key = loaded_programs.key(self.gm, self.example_inputs, neff_cache.constants(self.gm),
+                                              {**neff_cache.compiler_flags(self.mode),
+                                               "fallback": fallback_execution_enabled()})
+            loaded = loaded_programs.lookup(program_key)
+            if loaded is not None:
+                compiled, fields = loaded
+                self.fields.update(fields)
+            else:
+                compiled = aot_autograd(
+                    fw_compiler=functools.partial(self._compile_forward, has_backward=True),
+                    bw_compiler=self._compile_backward,
+                    inference_compiler=functools.partial(self._compile_forward, has_backward=False),
+                    keep_inference_input_mutations=True,
+                )(self.gm, self.example_inputs)
+                loaded_programs.keep(program_key, compiled, {name: self.fields.get(name) for name in
+                                                             ("forward_nodes", "ops", "backward")}, self.gm)
             # The compiled callable outlives this call: it must not keep the first call's tensors (a
             # generation's whole KV cache, say) alive, as a device compiler keeps only their shapes.
             self.example_inputs = None

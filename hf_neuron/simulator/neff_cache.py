@@ -81,7 +81,7 @@ def _describe_input(value) -> list:
     return [type(value).__name__]
 
 
-def _constants(gm) -> list:
+def constants(gm) -> list:
     """Tensors the graph holds as attributes (values included: they are baked into the program)."""
     import torch
 
@@ -111,7 +111,7 @@ def graph_key(gm, code: str, example_inputs, mode: str | None) -> str:
         "format": FORMAT,
         "code": code,
         "inputs": [_describe_input(x) for x in example_inputs],
-        "constants": _constants(gm),
+        "constants": constants(gm),
         "grad": torch.is_grad_enabled(),
         "flags": compiler_flags(mode),
         "versions": versions(),
