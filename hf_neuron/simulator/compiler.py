@@ -331,12 +331,13 @@ class _SimulatedCompile:
         try:
             self._check_static_inputs()
             code = neff_cache.portable_code(self.gm)
-            key = neff_cache.graph_key(self.gm, code, self.example_inputs, self.mode)
+            constants = neff_cache.constants(self.gm)
+            flags = neff_cache.compiler_flags(self.mode)
+            key = neff_cache.graph_key(code, self.example_inputs, constants, flags)
             cached = neff_cache.lookup(key, code)
             self.fields.update(cache=neff_cache.MISS if cached is None else neff_cache.HIT, cache_key=key)
-            program_key = loaded_programs.key(self.gm, self.example_inputs, neff_cache.constants(self.gm),
-                                              {**neff_cache.compiler_flags(self.mode),
-                                               "fallback": fallback_execution_enabled()})
+            program_key = loaded_programs.key(self.gm, self.example_inputs, constants,
+                                              {**flags, "fallback": fallback_execution_enabled()})
             loaded = loaded_programs.lookup(program_key)
             if loaded is not None:
                 compiled, fields = loaded
@@ -365,7 +366,7 @@ class _SimulatedCompile:
             return self.gm.forward
         if cached is None:
             neff_cache.store(key, code, inputs=self.fields["inputs"], ops=self.fields.get("ops"),
-                             forward_nodes=self.fields.get("forward_nodes"), flags=neff_cache.compiler_flags(self.mode))
+                             forward_nodes=self.fields.get("forward_nodes"), flags=flags)
         self._record("compiled")
         return compiled
 

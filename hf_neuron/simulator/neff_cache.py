@@ -102,18 +102,19 @@ def portable_code(gm) -> str:
     return _DEVICE_INDEX.sub(lambda m: f"{m.group(1)})" if m.group(1) else "'neuron'", gm.code)
 
 
-def graph_key(gm, code: str, example_inputs, mode: str | None) -> str:
+def graph_key(code: str, example_inputs, graph_constants: list, flags: dict[str, str]) -> str:
     """The stable hash that names a graph's entry (same graph, inputs, flags and versions: same key);
-    ``code`` is the graph's :func:`portable_code`."""
+    ``code`` is the graph's :func:`portable_code`, ``graph_constants`` its :func:`constants` and ``flags``
+    the :func:`compiler_flags`."""
     import torch
 
     material = {
         "format": FORMAT,
         "code": code,
         "inputs": [_describe_input(x) for x in example_inputs],
-        "constants": constants(gm),
+        "constants": graph_constants,
         "grad": torch.is_grad_enabled(),
-        "flags": compiler_flags(mode),
+        "flags": flags,
         "versions": versions(),
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
