@@ -350,7 +350,7 @@ class _SimulatedCompile:
                     keep_inference_input_mutations=True,
                 )(self.gm, self.example_inputs)
                 loaded_programs.keep(program_key, compiled, {name: self.fields.get(name) for name in
-                                                             ("forward_nodes", "ops", "backward")}, self.gm)
+                                                             ("forward_nodes", "ops", "backward")})
             # The compiled callable outlives this call: it must not keep the first call's tensors (a
             # generation's whole KV cache, say) alive, as a device compiler keeps only their shapes.
             self.example_inputs = None

@@ -4,9 +4,11 @@ A process often hands the backend the same graph twice: ``torch._dynamo.reset()`
 same architecture and shapes, ``generate`` called again after Dynamo's cache was cleared. TorchNeuron then
 finds the compiled program in its cache and loads it; the simulated compiler, whose "compilation" is
 AOTAutograd's trace of the graph, would trace it again. This module keeps the callable AOTAutograd
-returned for an *inference* graph (grad mode off: AOTAutograd compiles no backward, nothing later), keyed by everything that decides what that callable does:
+returned for an *inference* graph (grad mode off: AOTAutograd compiles no backward, nothing later),
+keyed by everything that decides what that callable does:
 
-- the graph's code, device index included, and the identity of every function it calls;
+- the graph's code, device index included, and every function it calls (the key holds them: no other
+  function can take their place while it is kept);
 - each input's type, shape, strides, storage offset, dtype, device, whether it is a view and which
   earlier input shares its storage (AOTAutograd's handling of mutated and aliased inputs follows them);
 - the values of the tensors the graph holds as constants, the compiler flags, and the global state the
@@ -22,13 +24,14 @@ from __future__ import annotations
 
 import collections
 import os
-from typing import Any, Callable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 RELOWER_ENV = "HF_NEURON_SIM_RELOWER"
 #: Programs kept per process (the least recently used go first); a tiny model's graph is a few kB.
 CAPACITY = 256
 
-_programs: collections.OrderedDict[tuple, tuple[Callable, dict[str, Any], list]] = collections.OrderedDict()
+_programs: collections.OrderedDict[tuple, tuple[Callable, dict[str, Any]]] = collections.OrderedDict()
 
 
 def enabled() -> bool:
@@ -63,6 +66,8 @@ def key(gm, example_inputs, constants: list, flags: dict) -> tuple | None:
         if node.op == "get_attr" and not isinstance(getattr(gm, str(node.target), None), torch.Tensor):
             return None
         if node.op == "call_function":
+            if not isinstance(node.target, Hashable):
+                return None
             targets.append(node.target)
     storages: dict = {}
     inputs = []
@@ -71,7 +76,7 @@ def key(gm, example_inputs, constants: list, flags: dict) -> tuple | None:
         if entry is None:  # a tensor subclass, or an input the key cannot describe
             return None
         inputs.append(entry)
-    return (gm.code, tuple(id(t) for t in targets), tuple(inputs), repr(constants), repr(sorted(flags.items())),
+    return (gm.code, tuple(targets), tuple(inputs), repr(constants), repr(sorted(flags.items())),
             _ambient_state())
 
 
@@ -90,17 +95,14 @@ def lookup(program_key: tuple | None) -> tuple[Callable, dict[str, Any]] | None:
     if program_key is None or program_key not in _programs:
         return None
     _programs.move_to_end(program_key)
-    compiled, fields, _ = _programs[program_key]
-    return compiled, fields
+    return _programs[program_key]
 
 
-def keep(program_key: tuple | None, compiled: Callable, fields: dict[str, Any], gm) -> None:
-    """Keep ``compiled`` for ``gm``'s key; the functions the graph calls stay alive with it, so that no other
-    function can take their ids while the key names them."""
+def keep(program_key: tuple | None, compiled: Callable, fields: dict[str, Any]) -> None:
+    """Keep ``compiled`` under ``program_key`` with the graph-log ``fields`` its compile recorded."""
     if program_key is None:
         return
-    targets = [node.target for node in gm.graph.nodes if node.op == "call_function"]
-    _programs[program_key] = (compiled, dict(fields), targets)
+    _programs[program_key] = (compiled, dict(fields))
     _programs.move_to_end(program_key)
     while len(_programs) > CAPACITY:
         _programs.popitem(last=False)
