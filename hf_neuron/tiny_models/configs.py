@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import itertools
 import math
 import re
 from typing import Any
@@ -410,6 +411,33 @@ def layer_count(config) -> int | None:
     return d[name] if name else None
 
 
+def _fewest_periodic_layers(d: dict, n_layers: int) -> tuple[int, dict[str, int]] | None:
+    """For a config whose layer kinds repeat by period (Jamba: an attention layer every
+    ``attn_layer_period`` layers from ``attn_layer_offset``, an expert layer every ``expert_layer_period``
+    from ``expert_layer_offset``): ``(fewest layers, new offsets)`` whose layers have exactly the kinds of
+    the full model, the periods kept. None when the config has no such pair or no shorter stack has them.
+
+    Without the new offsets, keeping every kind means keeping every layer up to the largest offset (five
+    of Jamba's 32 layers, four of them Mamba layers whose scan is the slow part of tracing; three do)."""
+    pairs = [(key, key.replace("_offset", "_period")) for key in d if key.endswith("_layer_offset")]
+    pairs = [(offset, period) for offset, period in pairs
+             if all(isinstance(d.get(k), int) and not isinstance(d.get(k), bool) for k in (offset, period))
+             and d[period] > 0]
+    if not pairs:
+        return None
+
+    def kinds(count: int, offsets: tuple[int, ...]) -> set[tuple[bool, ...]]:
+        return {tuple(i % d[period] == offset for offset, (_, period) in zip(offsets, pairs)) for i in range(count)}
+
+    wanted = kinds(n_layers, tuple(d[offset] for offset, _ in pairs))
+    for count in range(len(wanted), n_layers):
+        ranges = [range(min(d[period], count)) for _, period in pairs]
+        for offsets in itertools.product(*ranges):
+            if kinds(count, offsets) == wanted:
+                return count, {offset: value for (offset, _), value in zip(pairs, offsets)}
+    return None
+
+
 def fewer_layers(config):
     """``(config with the fewest layers that keep every distinct kind of layer, layers kept)`` at full
     width, or ``(config, its layer count)`` when it cannot be cut (a nested text config, a per-layer
@@ -423,6 +451,17 @@ def fewer_layers(config):
     if name is None or d.get("per_layer_config"):
         return config, None
     n_layers = d[name]
+    # Kinds set by period and offset alone (no per-layer list or dense prefix besides): fewer layers with
+    # new offsets.
+    periodic = None if "first_k_dense_replace" in d or _select_layers(d, n_layers)[1] else (
+        _fewest_periodic_layers(d, n_layers))
+    if periodic is not None:
+        count, offsets = periodic
+        reduced = copy.deepcopy(config)
+        setattr(reduced, name, count)
+        for key, value in offsets.items():
+            setattr(reduced, key, value)
+        return reduced, count
     # Layer kinds a config derives from an offset (Jamba's attention layer at attn_layer_offset, every
     # attn_layer_period) or a dense prefix: the first layer of that kind is kept.
     firsts = [v for k, v in d.items() if k.endswith("_layer_offset") and isinstance(v, int) and not isinstance(v, bool)]

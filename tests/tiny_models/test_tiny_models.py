@@ -101,6 +101,33 @@ def test_hybrid_patterns_keep_every_kind_of_layer():
     assert "full_attention" in tiny_config("granitemoehybrid").layer_types
 
 
+def test_fewer_layers_keeps_every_periodic_kind_in_the_fewest_layers():
+    """Jamba-v0.1 (attention every 8 layers from 4, experts every 2 from 1): three kinds of layer, kept in
+    three layers with new offsets, not in the first five (four of them Mamba layers, the slow part of
+    tracing); a config with a dense prefix or a per-layer list keeps its own path."""
+    from transformers import JambaConfig
+
+    from hf_neuron.tiny_models.configs import fewer_layers
+
+    def kinds(config):
+        return {(i % config.attn_layer_period == config.attn_layer_offset,
+                 i % config.expert_layer_period == config.expert_layer_offset)
+                for i in range(config.num_hidden_layers)}
+
+    full = JambaConfig(num_hidden_layers=32, attn_layer_period=8, attn_layer_offset=4, expert_layer_period=2,
+                       expert_layer_offset=1)
+    reduced, kept = fewer_layers(full)
+    assert kept == reduced.num_hidden_layers == 3
+    assert kinds(reduced) == kinds(full) == {(False, False), (False, True), (True, False)}
+    assert (reduced.attn_layer_period, reduced.expert_layer_period) == (8, 2)
+    assert full.num_hidden_layers == 32  # the caller's config is not changed
+
+    every_layer_moe = JambaConfig(num_hidden_layers=8, attn_layer_period=4, attn_layer_offset=2,
+                                  expert_layer_period=1, expert_layer_offset=0)
+    reduced, kept = fewer_layers(every_layer_moe)
+    assert kept == 2 and kinds(reduced) == kinds(every_layer_moe)
+
+
 def test_moe_and_mla_sizes_are_consistent():
     moe = tiny_config("qwen3_moe")
     assert (moe.num_experts, moe.num_experts_per_tok) == (4, 2)
