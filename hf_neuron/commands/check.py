@@ -22,11 +22,12 @@ exit status:
   13  unknown model_type           14  unknown instance family        15  unreadable config
   16  not a text-generation model  17  config lacks a field sizing needs
   18  a Diffusers pipeline folder  19  --max-cache-len past the model's positions
-  20  unknown --dtype
+  20  unknown --dtype               21  --image-size for a model without images, or with --task sft
 
 examples:
   hf-neuron check ./my-checkpoint
   hf-neuron check meta-llama/Llama-3.1-8B --task sft --instance trn3 --json
+  hf-neuron check Qwen/Qwen2.5-VL-7B-Instruct --image-size 448x448,896x672
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ import argparse
 import json
 import sys
 
+from hf_neuron.commands.plan import image_size_list
+
 EXIT_STATUS = {
     "passes": 0, "fails": 1, "uncompiled": 3, "does_not_fit": 4, "not_tested": 5,
     "missing_path": 10, "no_config": 11, "not_in_cache": 12, "unknown_model_type": 13, "unknown_instance": 14,
     "bad_config": 15, "not_text_generation": 16, "missing_field": 17, "diffusers_pipeline": 18,
-    "cache_too_long": 19, "bad_dtype": 20, "bad_task": 2,
+    "cache_too_long": 19, "bad_dtype": 20, "bad_images": 21, "bad_task": 2,
 }
 _MARK = {"pass": "✓", "fail": "✗", "skip": "–"}
 
@@ -57,6 +60,9 @@ def register(subparsers) -> None:
     p.add_argument("--max-cache-len", type=int, default=None, metavar="N",
                    help="generation: static cache length (default: hf_neuron's 1024)")
     p.add_argument("--max-length", type=int, default=None, metavar="N", help="SFT: max_length (default: TRL's 1024)")
+    p.add_argument("--image-size", dest="image_sizes", type=image_size_list, default=None, metavar="HxW,HxW",
+                   help="vision-language model: the processed image sizes to plan its vision graphs at (default: "
+                        "the tower's own input size; a dynamic-resolution tower needs them)")
     p.add_argument("--dtype", default=None,
                    help="float32, bfloat16 or float16, or fp32, bf16, fp16 (default: the config's)")
     p.add_argument("--json", action="store_true", help="print the check as JSON")
@@ -77,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         with upstream_warnings_silenced():  # sizing builds and traces models whose code logs for their users
             result = check_model(args.model, args.task, args.instance, dtype=args.dtype, batch_size=args.batch_size,
                                  max_cache_len=args.max_cache_len,
-                                 max_length=args.max_length or DEFAULT_SFT_MAX_LENGTH)
+                                 max_length=args.max_length or DEFAULT_SFT_MAX_LENGTH, image_sizes=args.image_sizes)
     except CheckError as exc:
         print(f"hf-neuron check: error: {exc}", file=sys.stderr)
         return EXIT_STATUS.get(exc.kind, 2)
@@ -111,6 +117,16 @@ _OUTCOME_LINE = {
 }
 
 
+def _graph_shape(graph: dict) -> str:
+    """A planned graph as its input's shape: tokens, an image's pixels, or a grid tower's patch bucket."""
+    if graph.get("bucket_of"):
+        return f"{graph['kind']} patches [{graph['tokens']}] (batch {graph['batch_size']})"
+    if graph.get("image_size"):
+        height, width = graph["image_size"]
+        return f"{graph['kind']} [{graph['batch_size']}, 3, {height}, {width}]"
+    return f"{graph['kind']} [{graph['batch_size']}, {graph['tokens']}]"
+
+
 def render(result, status: str) -> str:
     from hf_neuron import instances
     from hf_neuron.transformers.model_check import TIGHT_MARGIN
@@ -139,8 +155,7 @@ def render(result, status: str) -> str:
         lines.append(f"  layout: {s.distributed_config}{experts}")
         lines.append(f"  launch: {s.torchrun}")
     if s.graphs:
-        shapes = ", ".join(f"{g['kind']} [{g['batch_size']}, 3, {g['image_size'][0]}, {g['image_size'][1]}]"
-                           if g.get("image_size") else f"{g['kind']} [{g['batch_size']}, {g['tokens']}]" for g in s.graphs)
+        shapes = ", ".join(_graph_shape(g) for g in s.graphs)
         lines.append(f"  graphs per rank: {s.graph_count} ({shapes})")
     elif not s.compiled:
         lines.append("  graphs: none (generate runs eagerly)")

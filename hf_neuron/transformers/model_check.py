@@ -404,8 +404,11 @@ def _degrees(config, family: str, has_plan: bool, lnc: int) -> tuple[list[int], 
 
 def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 1, max_cache_len: int | None = None,
                max_length: int = DEFAULT_SFT_MAX_LENGTH, step_graphs: int | None = None,
-               compiles: bool | None = None, lnc: int = 2) -> Sizing:
+               compiles: bool | None = None, lnc: int = 2, image_sizes=None) -> Sizing:
     """The smallest tensor-parallel degree at which ``task`` fits one NeuronCore of ``family``.
+
+    ``image_sizes``: the processed image sizes a vision-language model's tower is planned at (default: the
+    tower's own input size, where it has one), as ``hf-neuron plan --image-size`` plans them.
 
     hf_neuron's fixes are not applied in this process (it has no neuron device), and some of them are
     what makes an architecture compile (Mamba's static cache, for one). ``compiles`` (from the
@@ -436,7 +439,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
     if task == "generate":
         cache_len = int(max_cache_len or DEFAULT_MAX_CACHE_LEN)
         buckets = [b for b in resolve_prefill_buckets(None, cache_len) if b < cache_len]
-        traced = P.plan_generation(reduced, [batch_size], cache_len, dtype=torch_dtype)
+        traced = P.plan_generation(reduced, [batch_size], cache_len, dtype=torch_dtype, image_sizes=image_sizes)
         try:
             kv = P.kv_cache_bytes(model, batch_size, cache_len, buckets[-1])
         except Exception as exc:  # noqa: BLE001 - a cache only hf_neuron's fixes can allocate statically
@@ -455,7 +458,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
             traced.graphs = []
         graphs = [dataclasses.asdict(g) for g in traced.graphs]
         graph_count = sum(g["count"] for g in graphs)
-        notes += [n for n in traced.notes if n.startswith("not traced")]
+        notes += [n for n in traced.notes if n.startswith("not traced")] + traced.vision_notes
         fixed = {"kv_cache": kv, "activations": activations}
     else:
         traced = P.plan_training(reduced, max_length, batch_size, dtype=torch_dtype, step_graphs=step_graphs or 1)
@@ -665,9 +668,13 @@ def _check_cache_length(config, task: str, max_cache_len: int | None, where: str
 
 
 def check_model(source: str, task: str = "generate", instance: str = "trn2", *, dtype=None, batch_size: int = 1,
-                max_cache_len: int | None = None, max_length: int = DEFAULT_SFT_MAX_LENGTH) -> ModelCheck:
+                max_cache_len: int | None = None, max_length: int = DEFAULT_SFT_MAX_LENGTH,
+                image_sizes=None) -> ModelCheck:
     if task not in TASK_LEVELS:
         raise CheckError("bad_task", f"task {task!r}: use generate or sft")
+    if image_sizes and task != "generate":
+        raise CheckError("bad_images", "--image-size sizes generation from images; --task sft plans text SFT: "
+                                       "leave one out")
     if instance not in instances.FAMILIES:
         raise CheckError("unknown_instance", f"instance {instance!r} is not a Trainium family hf_neuron knows: use "
                                              f"one of {', '.join(instances.FAMILIES)}")
@@ -687,6 +694,10 @@ def check_model(source: str, task: str = "generate", instance: str = "trn2", *, 
         found = verdict(config.model_type, task)
         from hf_neuron.transformers.plan import vision_language
 
+        if image_sizes and not vision_language(config):
+            raise CheckError("bad_images", f"{config.model_type} takes no images (no vision tower): leave out "
+                                           "--image-size")
+
         if task == "generate" and found.status == "not_tested" and vision_language(config):
             # A vision-language type outside the text tables (LLaVA, Qwen-VL): its verdict is generation
             # from images.
@@ -695,7 +706,8 @@ def check_model(source: str, task: str = "generate", instance: str = "trn2", *, 
         step_graphs = found.graphs.get("L4") if task == "sft" else None
         compiles = {"passes": True, "uncompiled": False}.get(found.status) if task == "generate" else None
         sizing = size_model(config, task, instance, dtype=dtype, batch_size=batch_size, max_cache_len=max_cache_len,
-                            max_length=max_length, step_graphs=step_graphs, compiles=compiles)
+                            max_length=max_length, step_graphs=step_graphs, compiles=compiles,
+                            image_sizes=image_sizes)
         fixes = applicable_fixes(config, task, sizing.tp or 1)
     return ModelCheck(str(source), where, config.model_type, task, instance, found, plan_source, plan_note, fixes,
                       sizing)

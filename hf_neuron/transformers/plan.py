@@ -105,6 +105,8 @@ class Plan:
     compiled: bool = True
     eager_reason: str | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: What the plan says of a vision-language model's image path (its graphs, sizes, what was not traced).
+    vision_notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def graph_count(self) -> int:
@@ -136,7 +138,7 @@ class Plan:
                 lines.append(f"    {label:<12} {format_bytes(value)}")
         verdict = "fits" if m.fits else "does NOT fit"
         lines.append(f"    {'total':<12} {format_bytes(m.total)}: {verdict} ({100 * m.total / max(m.device_bytes, 1):.1f}% of the core)")
-        lines.extend(f"  note: {n}" for n in self.notes)
+        lines.extend(f"  note: {n}" for n in self.notes + self.vision_notes)
         return "\n".join(lines)
 
 
@@ -283,8 +285,8 @@ def _plan_vision(plan: Plan, config, torch_dtype, sizes, image_sizes, tp: int) -
     if not image_sizes:
         native = native_image_size(config)
         if native is None:
-            plan.notes.append("this model takes images at sizes its processor decides (dynamic resolution): give "
-                              "--image-size HxW per processed size to plan its vision graphs")
+            plan.vision_notes.append("this model takes images at sizes its processor decides (dynamic resolution): "
+                                     "give --image-size HxW per processed size to plan its vision graphs")
             return
         image_sizes = [native]
     tower = grid_tower(vlm.model)
@@ -302,12 +304,12 @@ def _plan_vision(plan: Plan, config, torch_dtype, sizes, image_sizes, tp: int) -
             plan.graphs.append(PlannedGraph("vision", batch, image_size[0] * image_size[1], graphs, tuple(image_size)))
             plan.memory.activations = max(plan.memory.activations, peak)
     sized = ", ".join(f"{h}x{w}" for h, w in image_sizes)
-    plan.notes.append(f"prompts with images also compile the vision tower once per batch size and processed image "
-                      f"size ({sized}); the processor's resize decides the size, so every image a fixed-size "
-                      f"processor resizes shares one graph")
+    plan.vision_notes.append(f"prompts with images also compile the vision tower once per batch size and processed "
+                             f"image size ({sized}); the processor's resize decides the size, so every image a "
+                             f"fixed-size processor resizes shares one graph")
     if untraced:
-        plan.notes.append(f"vision tower not traced on the meta device ({untraced}): one graph per size assumed, "
-                          "activations not included")
+        plan.vision_notes.append(f"vision tower not traced on the meta device ({untraced}): one graph per size "
+                                 "assumed, activations not included")
 
 
 def _plan_grid_vision(plan: Plan, tower, sizes, image_sizes) -> None:
@@ -324,9 +326,11 @@ def _plan_grid_vision(plan: Plan, tower, sizes, image_sizes) -> None:
             buckets.setdefault(bucket_patches(max(patches, 1), unit), []).append((height, width))
         for bucket, members in buckets.items():
             plan.graphs.append(PlannedGraph("vision", batch, bucket, 1, members[0], bucket_of=tuple(members)))
-    plan.notes.append(f"this vision tower takes the images' grid: it compiles once per batch size and bucket of patch "
-                      f"counts (the patches plus one merged token, rounded up to 2, 3, 4, 6, 8, 12... merged tokens of "
-                      f"{unit} patches of {patch}x{patch} pixels); image sizes in one bucket share its graph")
+    plan.vision_notes.append(
+        f"this vision tower takes the images' grid: it compiles once per batch size and bucket of patch counts (the "
+        f"patches plus one merged token, rounded up to 2, 3, 4, 6, 8, 12... merged tokens of {unit} patches of "
+        f"{patch}x{patch} pixels); image sizes in one bucket share its graph; its activations are not traced here "
+        f"and are left out of the memory")
 
 
 def _planned_model(config, dtype, tp: int):

@@ -3,10 +3,13 @@ tensor-parallel degree that fits, the weights, the instance sizes, and one clear
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import AutoConfig
 
 from hf_neuron import cli
 from hf_neuron.commands.check import EXIT_STATUS
@@ -234,6 +237,7 @@ def _bad(tmp_path):
         ([good, "--instance", "trn9"], "unknown_instance", "use one of trn2, trn2u, trn3"),
         ([str(tmp_path / "broken.json")], "bad_config", "is not a JSON config"),
         ([str(tmp_path / "vision.json")], "not_text_generation", "no text-generation class"),
+        ([good, "--image-size", "448x448"], "bad_images", "llama takes no images (no vision tower)"),
     ]
 
 
@@ -269,6 +273,40 @@ def test_a_vision_language_checkpoint_gets_the_verdict_of_generation_from_images
     else:
         assert "hf-neuron compat --images --arch llava" in check.verdict.summary
     assert any(g["kind"] == "vision" for g in check.sizing.graphs)
+
+
+def test_vision_graphs_and_weights_are_sized_as_plan_sizes_them(tmp_path, capsys):
+    """A fixed-size tower (LLaVA) is traced at its own input size; a dynamic-resolution one (Qwen2-VL)
+    needs the processed sizes, and check says so rather than leaving the vision graphs out silently;
+    with --image-size it gets plan's graphs (one per bucket of patch counts). The weights are the whole
+    vision-language model's, tower included."""
+    from transformers import AutoModelForImageTextToText
+
+    from hf_neuron.tiny_models.vision import save_tiny_vision_model
+    from hf_neuron.transformers.plan import plan_generation
+
+    llava = save_tiny_vision_model("llava", tmp_path / "llava")
+    check = model_check.check_model(str(llava))
+    planned = plan_generation(str(llava))
+    assert [g for g in check.sizing.graphs if g["kind"] == "vision"] == [
+        dataclasses.asdict(g) for g in planned.graphs if g.kind == "vision"] != []
+    assert check.sizing.per_core["activations"] == planned.memory.activations
+    with torch.device("meta"):
+        whole = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(llava))
+    assert check.sizing.weights_total == sum(p.numel() * p.element_size() for p in whole.parameters()) + sum(
+        b.numel() * b.element_size() for b in whole.buffers())
+
+    qwen2_vl = str(save_tiny_vision_model("qwen2_vl", tmp_path / "qwen2_vl"))
+    status, out, _ = _run(capsys, qwen2_vl)
+    assert status == 0 and "vision" not in out.split("graphs per rank:")[1].splitlines()[0]
+    assert "give --image-size HxW per processed size to plan its vision graphs" in out
+    status, out, _ = _run(capsys, qwen2_vl, "--image-size", "224x224,448x448")
+    graphs = [g for g in model_check.check_model(qwen2_vl, image_sizes=[(224, 224), (448, 448)]).sizing.graphs
+              if g["kind"] == "vision"]
+    assert status == 0 and [g["bucket_of"] for g in graphs] == [((224, 224),), ((448, 448),)]
+    assert f"vision patches [{graphs[0]['tokens']}] (batch 1)" in out and "bucket of patch counts" in out
+    status, _, err = _run(capsys, qwen2_vl, "--task", "sft", "--image-size", "224x224")
+    assert status == EXIT_STATUS["bad_images"] and "--task sft plans text SFT" in err
 
 
 def test_a_fit_near_the_whole_core_is_called_tight(checks, capsys):

@@ -47,4 +47,4 @@ def test_a_grid_tower_is_planned_per_bucket_of_patch_counts(tmp_path):
     assert vision == [(1, 24, ((32, 32),)), (1, 64, ((32, 96), (48, 80))),
                       (2, 48, ((32, 32),)), (2, 128, ((32, 96), (48, 80)))]
     assert "patches [64] (batch 1 of 32x96, 48x80)" in plan.render()
-    assert any("bucket of patch counts" in note for note in plan.notes)
+    assert any("bucket of patch counts" in note for note in plan.vision_notes)
