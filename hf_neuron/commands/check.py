@@ -71,7 +71,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hf_neuron.commands.output import upstream_warnings_silenced
-    from hf_neuron.transformers.model_check import DEFAULT_SFT_MAX_LENGTH, CheckError, check_model
+    from hf_neuron.transformers.model_check import CheckError, check_model
 
     for name in ("batch_size", "max_cache_len", "max_length"):
         value = getattr(args, name)
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         with upstream_warnings_silenced():  # sizing builds and traces models whose code logs for their users
             result = check_model(args.model, args.task, args.instance, dtype=args.dtype, batch_size=args.batch_size,
                                  max_cache_len=args.max_cache_len,
-                                 max_length=args.max_length or DEFAULT_SFT_MAX_LENGTH, image_sizes=args.image_sizes)
+                                 max_length=args.max_length, image_sizes=args.image_sizes)
     except CheckError as exc:
         print(f"hf-neuron check: error: {exc}", file=sys.stderr)
         return EXIT_STATUS.get(exc.kind, 2)

@@ -50,7 +50,7 @@ def register(subparsers) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_generation_arguments(p)
     p.add_argument("--train", action="store_true", help="plan a TRL SFT run (torch_compile) instead of generation")
-    p.add_argument("--max-length", type=int, default=2048, metavar="N", help="SFT max_length (default: 2048)")
+    p.add_argument("--max-length", type=int, default=None, metavar="N", help="SFT max_length (default: TRL's 1024)")
     p.add_argument("--per-device-batch", type=int, default=1, metavar="N", help="SFT batch per device (default: 1)")
     p.add_argument("--packing", action="store_true", help="SFT with packing")
     p.add_argument("--packing-strategy", choices=("bfd", "wrapped"), default="bfd",

@@ -358,11 +358,8 @@ def _layer_count_name(d: dict) -> str | None:
     return None
 
 
-def _select_layers(d: dict, n_layers: int, target: int | None = None) -> tuple[list[int], dict[str, Any]]:
-    """Pick the fewest layer indices that cover every distinct layer kind of the original pattern.
-
-    Returns the indices and the rewritten per-layer attributes (lists, strings, index lists).
-    """
+def _layer_signatures(d: dict, n_layers: int) -> tuple[dict, dict, list[tuple]]:
+    """``(per-layer lists, layer index lists, each layer's kind)`` of a config dict with ``n_layers``."""
     per_layer = {k: v for k, v in d.items()
                  if k not in NOT_PER_LAYER and k not in LAYER_INDEX_LISTS and PER_LAYER_NAME.search(k)
                  and isinstance(v, (list, str)) and len(v) == n_layers and n_layers > 1
@@ -377,6 +374,15 @@ def _select_layers(d: dict, n_layers: int, target: int | None = None) -> tuple[l
         sig = tuple(_hashable(v[i]) for v in per_layer.values()) + (_hashable(per_layer_config.get(i)),)
         sig += tuple((i in v) or (i - n_layers in v) for v in index_lists.values())
         signatures.append(sig)
+    return per_layer, index_lists, signatures
+
+
+def _select_layers(d: dict, n_layers: int, target: int | None = None) -> tuple[list[int], dict[str, Any]]:
+    """Pick the fewest layer indices that cover every distinct layer kind of the original pattern.
+
+    Returns the indices and the rewritten per-layer attributes (lists, strings, index lists).
+    """
+    per_layer, index_lists, signatures = _layer_signatures(d, n_layers)
     chosen: list[int] = []
     seen = set()
     for i, sig in enumerate(signatures):
@@ -409,6 +415,22 @@ def layer_count(config) -> int | None:
     d = config.to_dict()
     name = _layer_count_name(d)
     return d[name] if name else None
+
+
+def with_layer_count(config, count: int):
+    """``config`` with ``count`` layers when all its layers are of one kind (each per-layer value the same
+    for every layer; no period, offset or dense prefix), else None: two depths of such a model differ
+    only by whole layers, so ``hf-neuron check`` extrapolates a training step's activations from them."""
+    d = config.to_dict()
+    name = _layer_count_name(d)
+    if (name is None or d.get("per_layer_config") or "first_k_dense_replace" in d
+            or any(key.endswith("_layer_offset") for key in d) or len(set(_layer_signatures(d, d[name])[2])) > 1):
+        return None
+    resized = copy.deepcopy(config)
+    setattr(resized, name, count)
+    for key, value in _select_layers(d, d[name], count)[1].items():  # a per-layer list of one value, resized
+        setattr(resized, key, value)
+    return resized
 
 
 def _fewest_periodic_layers(d: dict, n_layers: int) -> tuple[int, dict[str, int]] | None:

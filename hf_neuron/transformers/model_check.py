@@ -36,7 +36,6 @@ TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 #: the HBM for itself (collectives' buffers, the loaded program); TorchNeuron documents no figure for it,
 #: so this is hf_neuron's margin, said as such wherever it is used.
 TIGHT_MARGIN = 0.10
-DEFAULT_SFT_MAX_LENGTH = 1024  # TRL's SFTConfig.max_length default
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -403,7 +402,7 @@ def _degrees(config, family: str, has_plan: bool, lnc: int) -> tuple[list[int], 
 
 
 def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 1, max_cache_len: int | None = None,
-               max_length: int = DEFAULT_SFT_MAX_LENGTH, step_graphs: int | None = None,
+               max_length: int | None = None,
                compiles: bool | None = None, lnc: int = 2, image_sizes=None) -> Sizing:
     """The smallest tensor-parallel degree at which ``task`` fits one NeuronCore of ``family``.
 
@@ -417,7 +416,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
     """
     import torch
 
-    from hf_neuron.tiny_models.configs import fewer_layers, layer_count
+    from hf_neuron.tiny_models.configs import fewer_layers, layer_count, with_layer_count
     from hf_neuron.transformers import plan as P
     from hf_neuron.transformers.tensor_parallel.experts import routed_expert_count
     from hf_neuron.transformers.generation.defaults import DEFAULT_MAX_CACHE_LEN, resolve_prefill_buckets
@@ -461,15 +460,12 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
         notes += [n for n in traced.notes if n.startswith("not traced")] + traced.vision_notes
         fixed = {"kv_cache": kv, "activations": activations}
     else:
-        traced = P.plan_training(reduced, max_length, batch_size, dtype=torch_dtype, step_graphs=step_graphs or 1)
-        activations = _scaled_training_activations(traced.memory.activations, kept, layers)
+        # The graphs of a step as plan --train counts them (one tiny SFT step of the architecture).
+        traced = P.plan_training(reduced, max_length, batch_size, dtype=torch_dtype)
+        activations = _training_activations(traced, reduced, kept, layers, torch_dtype, notes)
         graphs = [dataclasses.asdict(g) for g in traced.graphs]
         compiled, graph_count = True, traced.graph_count
         fixed = {"activations": activations}
-        if step_graphs is None:
-            notes.append("graphs per training step not recorded for this architecture: 1 assumed")
-        notes.append("training activations traced on the kept layers and scaled to every layer, without "
-                     "activation checkpointing (an upper bound)")
     degrees, limit = _degrees(config, family, source != "none", lnc)
     experts = routed_expert_count(config)
     chosen, per_core, totals, tried = None, {}, {}, []
@@ -626,12 +622,30 @@ def _layout_notes(layout: Layout, task: str, family: str, lnc: int) -> list[str]
     return notes
 
 
-def _scaled_training_activations(traced: int, kept: int | None, layers: int | None) -> int:
-    """Training keeps each layer's activations for the backward: the traced peak of ``kept`` layers, scaled
-    to all ``layers`` (an upper bound: the embeddings and logits are counted once per ``kept`` layers)."""
+def _training_activations(traced, reduced, kept: int | None, layers: int | None, dtype, notes: list[str]) -> int:
+    """A training step keeps each layer's activations for its backward, so they grow with the depth. From
+    ``traced`` (the plan of ``reduced``, the ``kept`` layers): where every layer is of one kind, a second
+    trace at twice the depth gives one layer's share, extrapolated to all ``layers`` (the embeddings,
+    logits and loss counted once, as ``plan --train`` on the whole model counts them); otherwise the
+    traced peak scaled by ``layers / kept`` (an upper bound: those are counted once per ``kept`` layers)."""
+    from hf_neuron.tiny_models.configs import with_layer_count
+    from hf_neuron.transformers import plan as P
+
+    measured = traced.memory.activations
+    unchecked = ("without activation checkpointing (an upper bound: TRL's SFTConfig turns gradient_checkpointing "
+                 "on by default)")
     if not kept or not layers or kept >= layers:
-        return traced
-    return math.ceil(traced * layers / kept)
+        notes.append(f"training activations {unchecked}")
+        return measured
+    deeper = with_layer_count(reduced, 2 * kept)
+    if deeper is None:
+        notes.append(f"training activations traced on the kept layers and scaled to every layer, {unchecked}")
+        return math.ceil(measured * layers / kept)
+    batch, tokens = max(((g.batch_size, g.tokens) for g in traced.graphs), key=lambda shape: shape[0] * shape[1])
+    per_layer = (P.training_activations(deeper, dtype, batch, tokens) - measured) / kept
+    notes.append(f"training activations traced at {kept} and {2 * kept} layers and extrapolated to {layers}, "
+                 f"{unchecked}")
+    return math.ceil(measured + per_layer * (layers - kept))
 
 
 # ----------------------------------------------------------------------------- the whole check
@@ -668,7 +682,7 @@ def _check_cache_length(config, task: str, max_cache_len: int | None, where: str
 
 
 def check_model(source: str, task: str = "generate", instance: str = "trn2", *, dtype=None, batch_size: int = 1,
-                max_cache_len: int | None = None, max_length: int = DEFAULT_SFT_MAX_LENGTH,
+                max_cache_len: int | None = None, max_length: int | None = None,
                 image_sizes=None) -> ModelCheck:
     if task not in TASK_LEVELS:
         raise CheckError("bad_task", f"task {task!r}: use generate or sft")
@@ -703,10 +717,9 @@ def check_model(source: str, task: str = "generate", instance: str = "trn2", *, 
             # from images.
             found = verdict(config.model_type, task, images=True)
         plan_source, _, plan_note = tp_plan_source(config)
-        step_graphs = found.graphs.get("L4") if task == "sft" else None
         compiles = {"passes": True, "uncompiled": False}.get(found.status) if task == "generate" else None
         sizing = size_model(config, task, instance, dtype=dtype, batch_size=batch_size, max_cache_len=max_cache_len,
-                            max_length=max_length, step_graphs=step_graphs, compiles=compiles,
+                            max_length=max_length, compiles=compiles,
                             image_sizes=image_sizes)
         fixes = applicable_fixes(config, task, sizing.tp or 1)
     return ModelCheck(str(source), where, config.model_type, task, instance, found, plan_source, plan_note, fixes,

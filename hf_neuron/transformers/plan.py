@@ -39,6 +39,7 @@ from hf_neuron.transformers.generation.steps import generation_steps, step_input
 
 #: TRL pads unpacked SFT batches to a multiple of this on Neuron (``pad_to_multiple_of="auto"``).
 TRAINING_PAD_MULTIPLE = 128
+DEFAULT_SFT_MAX_LENGTH = 1024  # TRL's SFTConfig.max_length default (a test compares them)
 
 
 class PlanError(ValueError):
@@ -607,6 +608,13 @@ def training_batch_shapes(max_length: int, per_device_batch: int, packing: bool,
     return [(per_device_batch, n) for n in lengths]
 
 
+def training_activations(config, dtype: torch.dtype, batch: int, tokens: int) -> int:
+    """Peak activation bytes of a compiled training forward of ``config`` on one ``[batch, tokens]`` batch,
+    traced on the meta device (a fresh Dynamo, as a new process has)."""
+    with _fresh_dynamo():
+        return _trace_training_memory(meta_model(config, dtype), batch, tokens)
+
+
 def _trace_training_memory(model, batch: int, tokens: int) -> int:
     backend = _RecordingBackend()
     compiled = torch.compile(model, backend=backend, dynamic=False)
@@ -676,7 +684,7 @@ def sft_step_graphs(model_type: str, max_length: int = 32, per_device_batch: int
 
 def plan_training(
     source,
-    max_length: int = 2048,
+    max_length: int | None = None,
     per_device_batch: int = 1,
     *,
     packing: bool = False,
@@ -689,11 +697,11 @@ def plan_training(
 ) -> Plan:
     """Graphs and memory of a TRL SFT run with ``torch_compile`` on Neuron (see the module docstring).
 
-    ``step_graphs``: the graphs of one training step when already known (the compatibility results
-    record them), instead of counting them with one tiny SFT step.
+    ``max_length`` defaults to TRL's (``DEFAULT_SFT_MAX_LENGTH``). ``step_graphs``: the graphs of one
+    training step when already known, instead of counting them with one tiny SFT step.
     """
     config = load_config(source)
-    _positive("max_length", max_length)
+    max_length = _positive("max_length", DEFAULT_SFT_MAX_LENGTH if max_length is None else max_length)
     _positive("per_device_batch", per_device_batch)
     if packing_strategy not in ("bfd", "wrapped"):
         raise PlanError(f"packing_strategy {packing_strategy!r}: TRL packs with 'bfd' or 'wrapped'")

@@ -128,6 +128,17 @@ def test_fewer_layers_keeps_every_periodic_kind_in_the_fewest_layers():
     assert kept == 2 and kinds(reduced) == kinds(every_layer_moe)
 
 
+def test_with_layer_count_resizes_only_a_model_of_one_kind_of_layer():
+    from transformers import Gemma2Config, JambaConfig, Qwen2Config
+
+    from hf_neuron.tiny_models.configs import with_layer_count
+
+    qwen2 = with_layer_count(Qwen2Config(num_hidden_layers=24), 4)  # a per-layer list of one value
+    assert qwen2.num_hidden_layers == 4 and qwen2.layer_types == ["full_attention"] * 4
+    assert with_layer_count(Gemma2Config(num_hidden_layers=4), 8) is None  # sliding and full layers
+    assert with_layer_count(JambaConfig(), 8) is None  # kinds set by period and offset
+
+
 def test_moe_and_mla_sizes_are_consistent():
     moe = tiny_config("qwen3_moe")
     assert (moe.num_experts, moe.num_experts_per_tok) == (4, 2)

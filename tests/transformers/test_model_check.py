@@ -166,6 +166,26 @@ def test_sft_plans_a_training_step():
     assert "trl" in {f["scope"] for f in check.fixes}
 
 
+def test_sft_check_and_plan_train_size_the_same_step():
+    """check --task sft traces two layers and extrapolates; plan --train traces the whole model: the same
+    graphs (counted once, the same way) and the same activations, at TRL's default max_length. A model
+    whose layers differ (Gemma 2's sliding and full attention) is scaled from its kept layers instead,
+    an upper bound that says so."""
+    from trl import SFTConfig
+
+    from hf_neuron.transformers.plan import DEFAULT_SFT_MAX_LENGTH, plan_training
+
+    assert DEFAULT_SFT_MAX_LENGTH == {f.name: f.default for f in dataclasses.fields(SFTConfig)}["max_length"]
+    path = str(CONFIGS / "olmo-1b.json")
+    check, plan = model_check.check_model(path, task="sft").sizing, plan_training(path)
+    assert check.graph_count == plan.graph_count and check.graphs == [dataclasses.asdict(g) for g in plan.graphs]
+    assert abs(check.per_core["activations"] - plan.memory.activations) <= 0.10 * plan.memory.activations
+    assert any("traced at 2 and 4 layers and extrapolated to 16" in note for note in check.notes)
+
+    gemma = model_check.check_model(str(CONFIGS / "gemma-2-9b.json"), task="sft", max_length=256).sizing
+    assert any("scaled to every layer" in note and "upper bound" in note for note in gemma.notes)
+
+
 def _run(capsys, *argv):
     status = cli.main(["check", *argv])
     out, err = capsys.readouterr()
