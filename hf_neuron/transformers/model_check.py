@@ -416,7 +416,7 @@ def size_model(config, task: str, family: str, *, dtype=None, batch_size: int = 
     """
     import torch
 
-    from hf_neuron.tiny_models.configs import fewer_layers, layer_count, with_layer_count
+    from hf_neuron.tiny_models.configs import fewer_layers, layer_count
     from hf_neuron.transformers import plan as P
     from hf_neuron.transformers.tensor_parallel.experts import routed_expert_count
     from hf_neuron.transformers.generation.defaults import DEFAULT_MAX_CACHE_LEN, resolve_prefill_buckets

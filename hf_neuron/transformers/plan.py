@@ -693,12 +693,11 @@ def plan_training(
     dtype=None,
     instance: str = "trn2",
     logical_nc_config: int = 2,
-    step_graphs: int | None = None,
 ) -> Plan:
     """Graphs and memory of a TRL SFT run with ``torch_compile`` on Neuron (see the module docstring).
 
-    ``max_length`` defaults to TRL's (``DEFAULT_SFT_MAX_LENGTH``). ``step_graphs``: the graphs of one
-    training step when already known, instead of counting them with one tiny SFT step.
+    ``max_length`` defaults to TRL's (``DEFAULT_SFT_MAX_LENGTH``); a step's graphs are counted with one
+    tiny SFT step of the architecture.
     """
     config = load_config(source)
     max_length = _positive("max_length", DEFAULT_SFT_MAX_LENGTH if max_length is None else max_length)
@@ -709,8 +708,7 @@ def plan_training(
     weights = weight_bytes(model, tp)
     trainable = weight_bytes(model, tp, buffers=False)
     shapes = training_batch_shapes(max_length, per_device_batch, packing, packing_strategy)
-    per_step = step_graphs if step_graphs is not None else sft_step_graphs(
-        config.model_type, packing_strategy=packing_strategy if packing else "wrapped")
+    per_step = sft_step_graphs(config.model_type, packing_strategy=packing_strategy if packing else "wrapped")
     with _fresh_dynamo():
         # The longest batch holds the most activations: it alone is traced.
         activations = _trace_training_memory(model, *max(shapes, key=lambda shape: shape[0] * shape[1]))
