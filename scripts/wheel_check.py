@@ -3,9 +3,9 @@
 A checkout hides what a wheel lacks: a file read at run time that is not package data, a path that
 assumes the source tree, the checkout itself on ``sys.path``. This script builds the wheel of the
 checkout (its tracked and new files, none of a stale ``build/``) into ``out/wheel``, installs it with
-``torch==2.13.0`` into the virtual environment ``out/venv-wheel`` (pip resolves the newest releases
-the declared ranges allow; no test extra), and runs, from an empty folder outside the checkout with
-the simulator on and the user site off:
+``torch==2.13.0`` into the virtual environment ``~/.cache/hf_neuron/environments/wheel``
+(``$HF_NEURON_CACHE``; pip resolves the newest releases the declared ranges allow; no test extra), and
+runs, from an empty folder outside the checkout with the simulator on and the user site off:
 
   1. ``hf-neuron demo``;
   2. user code under ``torchrun --nproc_per_node=2``: ``init_process_group("neuron")``, ``all_reduce``;
@@ -22,10 +22,12 @@ the simulator on and the user site off:
     python scripts/wheel_check.py --fresh    # recreate the environment even when its requirements are unchanged
 
 One line per step with its wall time and PASS or FAIL; exit status 1 when a step fails, after the
-tail of its output. The environment is reused while the wheel's requirements are unchanged (only a
-changed wheel is reinstalled). The simulator compiles its C++ extensions on first use (cached under
-``~/.cache/hf_neuron``): a new environment or a reinstalled wheel pays that once, as a user does.
-Measured on 2 cores shared with a test run: about 9 minutes the first time (both C++ builds), 3 to 4
+tail of its output. The environment lives outside the checkout, so that a fresh clone (CI clones one
+for every run) reuses it while the wheel's requirements are unchanged: a changed wheel is reinstalled,
+and the libraries are upgraded to the newest releases the wheel admits on every run, as a fresh
+install would resolve them. The simulator compiles its C++ extensions on first use, cached under
+``~/.cache/hf_neuron`` per torch installation: a new environment pays that once, as a user does.
+Measured on 2 cores: about 9 minutes the first time (a new environment, both C++ builds), 3 to 4
 minutes after.
 """
 
@@ -44,7 +46,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
-# Loaded by the tests from its path as well as run as a script: it imports none of the other scripts.
+# Loaded by the tests from its path as well as run as a script: only main() imports another script.
 ROOT = Path(__file__).resolve().parent.parent
 
 TORCH = "torch==2.13.0"  # the CPU build on this machine's disk; any other spec downloads a CUDA build
@@ -137,23 +139,34 @@ def wheel_requirements(wheel: Path) -> list[str]:
     return [line for line in lines if line.startswith("Requires-Dist:")]
 
 
+def _required_names(requirements: list[str]) -> list[str]:
+    """The distributions ``Requires-Dist`` lines name, without the ones behind an extra."""
+    from packaging.requirements import Requirement
+
+    parsed = [Requirement(line.partition(":")[2].strip()) for line in requirements]
+    return [r.name for r in parsed if r.marker is None or "extra" not in str(r.marker)]
+
+
 def ensure_wheel_venv(path: Path, wheel: Path, fresh: bool, log) -> Path:
     """An environment with ``TORCH`` and the wheel (stamped by the wheel's hash, unlike
     ``_environments.ensure_venv``, which pins releases from ``pyproject.toml``). Reused while the
-    wheel's requirements are the same: then hf_neuron is reinstalled only when the wheel changed (a
-    reinstall gives its C++ sources new dates, so the simulator recompiles them on first use, as
-    after a user's upgrade); else the environment is created anew and pip resolves the requirements."""
+    wheel's requirements are the same: then hf_neuron is reinstalled only when the wheel changed, and
+    every requirement is upgraded to the newest release the wheel admits (what a fresh environment
+    resolves today); else the environment is created anew and pip resolves the requirements."""
     python = path / "bin" / "python"
-    requirements = "\n".join([sys.version.split()[0], TORCH, *wheel_requirements(wheel)]) + "\n"
+    requires = wheel_requirements(wheel)
+    requirements = "\n".join([sys.version.split()[0], TORCH, *requires]) + "\n"
     installed = f"{hashlib.sha256(wheel.read_bytes()).hexdigest()}\n{requirements}"
     stamp = path / "installed-wheel.txt"
     before = stamp.read_text() if stamp.exists() and python.exists() and not fresh else ""
     pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
-    if before == installed:
-        log.write(f"{path} has this wheel installed\n")
-        return python
     if before.partition("\n")[2] == requirements:
-        run([*pip, "--no-deps", "--force-reinstall", str(wheel)], log, cwd=path)
+        if before != installed:
+            run([*pip, "--no-deps", "--force-reinstall", str(wheel)], log, cwd=path)
+        log.write(f"{path} has this wheel installed; upgrading its requirements to the newest releases\n")
+        # The wheel in the same command: its declared ranges bound the upgrade.
+        names = [n for n in _required_names(requires) if n != "torch"]
+        run([*pip, "--upgrade", TORCH, str(wheel), *names], log, cwd=path)
     else:
         venv.EnvBuilder(with_pip=True, clear=True).create(path)
         run([*pip, TORCH, str(wheel)], log, cwd=path)
@@ -236,7 +249,9 @@ def user_steps(folder: Path, venv_dir: Path) -> list[tuple[str, Callable]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--venv", type=Path, default=ROOT / "out" / "venv-wheel",
+    from _environments import environments_dir
+
+    parser.add_argument("--venv", type=Path, default=environments_dir() / "wheel",
                         help="the environment to install into (default: %(default)s)")
     parser.add_argument("--fresh", action="store_true", help="recreate the environment")
     parser.add_argument("--keep", action="store_true", help="keep the folder the steps ran in")
