@@ -19,6 +19,12 @@ ISOLATED_PREFIXES = ("HF_NEURON_SIM_", "NEURON_")
 ISOLATED_NAMES = ("HF_NEURON_DISABLE",)
 for _name in [n for n in os.environ if n.startswith(ISOLATED_PREFIXES) or n in ISOLATED_NAMES]:
     del os.environ[_name]
+# The processes the tests start (torchrun ranks, the CLI, training runs: a few hundred) load hf_neuron's
+# bytecode from __pycache__ instead of compiling its sources again each, also where the environment
+# turns bytecode writing off (PYTHONDONTWRITEBYTECODE, set on some CI images). The pytest processes keep
+# the setting: tests there rewrite and re-import throw-away modules, which a cached bytecode could shadow.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Compiled-graph cache entries of this session only: hits and misses must not depend on earlier runs.
 os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = tempfile.mkdtemp(prefix="hf_neuron-test-neff-")
 
@@ -28,7 +34,8 @@ from hf_neuron.simulator import install  # noqa: E402
 
 install()
 
-# Tiny models on a 2-core runner: intra-op threads only contend with the other work.
+# Tiny models on a 2-core runner: intra-op threads only contend with the other work (pytest's workers,
+# the ranks and commands the tests start, each with one thread).
 torch.set_num_threads(1)
 
 NEURON = torch.device("neuron")

@@ -13,6 +13,18 @@ from hf_neuron.patching import original
 from hf_neuron.trl import model_loading
 
 
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state():
+    """accelerate's process state is made once per process: a trainer that an earlier test in this pytest
+    worker made on CPU (``use_cpu=True``) would leave its device behind for these tests."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    PartialState._reset_state()
+
+
 def _capture():
     calls = []
 
