@@ -572,11 +572,13 @@ def _bfloat16_note(tried: list[tuple[Layout, int]], per_device: int, chosen: int
 
 def _largest_layer_bytes(model, layout: Layout, plan_keys) -> int:
     """The bytes one rank gathers for the largest decoder layer under FSDP: its TP and EP shard, whole."""
-    from hf_neuron.transformers.plan import weight_bytes
+    from hf_neuron.transformers.plan import rank_tensor_bytes
 
-    layers = {match.group(0) for name, _ in model.named_parameters() if (match := _LAYER.search(name))}
-    return max((weight_bytes(model, layout.tp, plan_keys, ep=layout.ep, buffers=False,
-                             select=lambda name, layer=layer: layer in name) for layer in layers), default=0)
+    layers: dict[str, int] = {}
+    for name, nbytes in rank_tensor_bytes(model, layout.tp, plan_keys, ep=layout.ep, buffers=False):
+        if match := _LAYER.search(name):
+            layers[match.group(0)] = layers.get(match.group(0), 0) + nbytes
+    return max(layers.values(), default=0)
 
 
 _LAYER = re.compile(r"^.*?\.\d+\.")

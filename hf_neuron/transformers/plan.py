@@ -482,15 +482,21 @@ def weight_bytes(model, tp: int, tp_plan: dict | None = None, *, ep: int | None 
     it divides the experts); with FSDP every parameter is further sharded over the ``fsdp`` ranks (experts
     over the ranks their expert-parallel group leaves: ``tp * fsdp / ep``). ``select``: only the tensors
     whose name it accepts."""
+    return sum(nbytes for name, nbytes in rank_tensor_bytes(model, tp, tp_plan, ep=ep, fsdp=fsdp, buffers=buffers)
+               if select is None or select(name))
+
+
+def rank_tensor_bytes(model, tp: int, tp_plan: dict | None = None, *, ep: int | None = None, fsdp: int = 1,
+                      buffers: bool = True) -> list[tuple[str, int]]:
+    """``(name, bytes one rank holds)`` of every parameter (and buffer) under the layout :func:`weight_bytes`
+    sums."""
     from hf_neuron.transformers.tensor_parallel.experts import is_expert_parameter
 
     ep = default_ep_size(model.config, tp) if ep is None else ep
     patterns = _tp_patterns(model, tp_plan) if tp > 1 else []
     tensors = list(model.named_parameters()) + (list(model.named_buffers()) if buffers else [])
-    total = 0
+    held = []
     for name, tensor in tensors:
-        if select is not None and not select(name):
-            continue
         nbytes = tensor.numel() * tensor.element_size()
         if ep > 1 and is_expert_parameter(name):
             nbytes = math.ceil(nbytes / ep / max(1, tp * fsdp // ep))
@@ -498,8 +504,8 @@ def weight_bytes(model, tp: int, tp_plan: dict | None = None, *, ep: int | None 
             if patterns and any(p.match(name) for p in patterns):
                 nbytes = math.ceil(nbytes / tp)
             nbytes = math.ceil(nbytes / fsdp)
-        total += nbytes
-    return total
+        held.append((name, nbytes))
+    return held
 
 
 def _check_tp(model, tp: int) -> None:
@@ -744,6 +750,6 @@ def planned_shapes(plan: Plan) -> list[tuple[int, int]]:
 __all__ = [
     "MemoryEstimate", "Plan", "PlanError", "PlannedGraph", "default_ep_size", "device_bytes", "format_bytes",
     "kv_cache_bytes", "load_config",
-    "meta_model", "plan_generation", "resolve_dtype", "plan_training", "planned_shapes", "sft_step_graphs", "training_batch_shapes",
-    "weight_bytes",
+    "meta_model", "plan_generation", "resolve_dtype", "plan_training", "planned_shapes", "rank_tensor_bytes", "sft_step_graphs",
+    "training_batch_shapes", "weight_bytes",
 ]
