@@ -651,6 +651,22 @@ def _quiet():
             datasets.utils.logging.enable_progress_bar()
 
 
+@contextlib.contextmanager
+def _accelerate_state_kept():
+    """accelerate's process-wide state as it was before the block. The counting step trains on CPU
+    (``use_cpu=True``), and accelerate keeps the first device it is given for the whole process: a trainer
+    the caller makes afterwards would train on CPU instead of Neuron."""
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    saved = [(kind, dict(kind._shared_state)) for kind in (PartialState, AcceleratorState, GradientState)]
+    try:
+        yield
+    finally:
+        for kind, state in saved:
+            kind._shared_state.clear()
+            kind._shared_state.update(state)
+
+
 def sft_step_graphs(model_type: str, max_length: int = 32, per_device_batch: int = 1,
                     packing_strategy: str = "wrapped") -> int:
     """Dynamo graphs of one TRL SFT training step of ``model_type``, counted on CPU at the tiny size.
@@ -674,7 +690,7 @@ def sft_step_graphs(model_type: str, max_length: int = 32, per_device_batch: int
     model = AutoModelForCausalLM.from_config(config)
     rows = [{"input_ids": [3 + (i * 7 + j) % (config.vocab_size - 3) for j in range(max_length + 5)]}
             for i in range(per_device_batch * 2)]
-    with tempfile.TemporaryDirectory() as out, _fresh_dynamo(), _quiet():
+    with tempfile.TemporaryDirectory() as out, _fresh_dynamo(), _quiet(), _accelerate_state_kept():
         args = SFTConfig(
             output_dir=out, use_cpu=True, max_steps=1, per_device_train_batch_size=per_device_batch,
             max_length=max_length, packing=True, packing_strategy=packing_strategy, torch_compile=True,
