@@ -27,8 +27,8 @@ for every run) reuses it while the wheel's requirements are unchanged: a changed
 and the libraries are upgraded to the newest releases the wheel admits on every run, as a fresh
 install would resolve them. The simulator compiles its C++ extensions on first use, cached under
 ``~/.cache/hf_neuron`` per torch installation: a new environment pays that once, as a user does.
-Measured on 2 cores: about 9 minutes the first time (a new environment, both C++ builds), 3 to 4
-minutes after.
+Measured on a 2-core machine: 9 to 19 minutes the first time (a new environment, both C++ builds; the
+longer with a test run beside it), about 5 minutes after.
 """
 
 from __future__ import annotations

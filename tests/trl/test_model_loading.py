@@ -17,12 +17,11 @@ from hf_neuron.trl import model_loading
 def _fresh_accelerate_state():
     """accelerate's process state is made once per process: a trainer that an earlier test in this pytest
     worker made on CPU (``use_cpu=True``) would leave its device behind for these tests."""
-    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.state import AcceleratorState
 
     AcceleratorState._reset_state(reset_partial_state=True)
     yield
     AcceleratorState._reset_state(reset_partial_state=True)
-    PartialState._reset_state()
 
 
 def _capture():
