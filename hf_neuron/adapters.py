@@ -1,8 +1,8 @@
 """Wires each library adapter to the import of its library, only where a neuron device exists.
 
-Each adapter package (``hf_neuron.transformers``, ``hf_neuron.trl``, ``hf_neuron.diffusers``)
-exposes ``register()``, which declares its fixes; :func:`activate` registers them and applies them
-with ``hf_neuron.patching.apply_fixes``.
+Each adapter package (``hf_neuron.transformers``, ``hf_neuron.trl``, ``hf_neuron.diffusers``,
+``hf_neuron.peft``) exposes ``register()``, which declares its fixes; :func:`activate` registers them and
+applies them with ``hf_neuron.patching.apply_fixes``.
 
 Like a platform plugin, hf_neuron leaves a process without a neuron device exactly as released:
 no import hook is installed, nothing is patched, nothing is printed. A device is there when the
@@ -22,6 +22,7 @@ ADAPTERS = {
     "transformers": "hf_neuron.transformers",
     "trl": "hf_neuron.trl",
     "diffusers": "hf_neuron.diffusers",
+    "peft": "hf_neuron.peft",
 }
 
 _installed = False

@@ -83,6 +83,7 @@ PROMISE_TESTS = (
     "tests/trl/test_model_loading.py",
     "tests/trl/test_user_recipe.py",
     "tests/trl/test_preference_and_online.py",
+    "tests/peft/test_adapter_loading.py",
     "tests/diffusers/test_fixes.py",
     "tests/diffusers/test_tp_plans.py",
 )

@@ -55,7 +55,7 @@ FINGERPRINT = textwrap.dedent(
 WITH_DEVICE = FINGERPRINT + textwrap.dedent(
     """
     import importlib, json, sys
-    import torch, transformers, trl, diffusers
+    import torch, transformers, trl, diffusers, peft
     from hf_neuron.patching import attributes, import_targets, registry
     from hf_neuron.trl._common import BASE_TRAINER_MODULE, CONFIG_CLASSES, TRAINER_MODULES, UTILS_MODULE
     from hf_neuron.diffusers.plan_registry import PLANS
@@ -68,7 +68,7 @@ WITH_DEVICE = FINGERPRINT + textwrap.dedent(
     modules += ["diffusers.models.transformers." + module for module, _ in REPEATED_BLOCKS.values()]
     for name in modules:
         importlib.import_module(name)
-    for library in ("transformers", "trl", "diffusers"):
+    for library in ("transformers", "trl", "diffusers", "peft"):
         import_targets(library)
     sites = []
     for owner, attr, mapping, original, inherited in attributes.patched_sites():
@@ -88,7 +88,7 @@ WITHOUT_DEVICE = FINGERPRINT + textwrap.dedent(
     """
     import importlib, json, sys
     request = json.loads(sys.argv[1])
-    import torch, transformers, trl, diffusers
+    import torch, transformers, trl, diffusers, peft
     for name in request["modules"]:
         importlib.import_module(name)
     current = []

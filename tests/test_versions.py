@@ -39,7 +39,7 @@ def test_a_forced_newer_release_warns_once(monkeypatch, caplog):
     assert "transformers 99.0.0" in messages[0] and versions.verified_ranges()["transformers"] in messages[0]
 
 
-@pytest.mark.parametrize("library", ["transformers", "trl", "diffusers"])
+@pytest.mark.parametrize("library", ["transformers", "trl", "diffusers", "peft"])
 def test_a_verified_release_is_quiet(library, monkeypatch, caplog):
     monkeypatch.setattr(versions, "_warned", set())
     with caplog.at_level("WARNING", logger="hf_neuron"):

@@ -39,7 +39,7 @@ def collect() -> dict:
             props = torch.neuron.get_device_properties(i)
             devices.append(f"{torch.neuron.get_device_name(i)} {props.name} {props.total_memory / 2**30:.0f} GiB")
     info["devices"] = devices
-    for library in ("transformers", "trl", "diffusers"):
+    for library in ("transformers", "trl", "diffusers", "peft"):
         try:
             importlib.import_module(library)  # importing runs the adapter (hf_neuron.adapters)
         except Exception as exc:  # a broken library must not hide the rest of the report
@@ -101,14 +101,15 @@ def render(info: dict) -> str:
 
 
 #: How each adapter's section of the fix reference is titled.
-LIBRARY_TITLES = {"transformers": "Transformers", "trl": "TRL", "diffusers": "Diffusers"}
+LIBRARY_TITLES = {"transformers": "Transformers", "trl": "TRL", "diffusers": "Diffusers", "peft": "PEFT"}
 STATUS_WORDS = {patching.APPLIED: "active", patching.CLOSED: "closed upstream", patching.UNKNOWN: "UNKNOWN"}
 
 
 def render_markdown(info: dict) -> str:
     """The fix reference (a Markdown page): every fix by library, with its gap, detection, patch and status,
     read from the fixes themselves."""
-    releases = ", ".join(f"{name} {info['versions'][name]}" for name in ("torch", "transformers", "trl", "diffusers"))
+    releases = ", ".join(f"{name} {info['versions'][name]}"
+                         for name in ("torch", "transformers", "trl", "diffusers", "peft"))
     lines = [
         "# Fix reference",
         "",

@@ -133,6 +133,7 @@ COVERAGE = {
         "transformers/tensor_parallel/test_model_tp_plans.py::test_without_the_plan_fix_the_architecture_cannot_be_sharded",
     "tp-plan-support": "transformers/tensor_parallel/test_model_tp_plans.py::test_plans_alone_do_not_shard_correctly",
     "trl.atomic_checkpoints": "trl/test_checkpoints.py::test_upstream_leaves_a_partial_checkpoint",
+    "peft.adapter_weights_through_host": "peft/test_adapter_loading.py::test_without_the_fix_no_adapter_loads_onto_neuron",
     "trl.neuron_device_map": "trl/test_model_loading.py::test_upstream_default_rejects_tensor_parallel_loading",
     "trl.pad_to_multiple_of_auto": "trl/test_padding.py",
     "trl.pad_packed_to_max_length": "trl/test_padding.py",
@@ -154,12 +155,13 @@ SWITCHES = ("upstream_behaviour", "HF_NEURON_DISABLE", "original(", "tp2_only_wi
 
 def _declared_fixes() -> list[str]:
     import diffusers  # noqa: F401
+    import peft  # noqa: F401
     import transformers  # noqa: F401
     import trl  # noqa: F401
 
     from hf_neuron.patching import all_fixes, import_targets
 
-    for library in ("transformers", "trl", "diffusers"):
+    for library in ("transformers", "trl", "diffusers", "peft"):
         import_targets(library)
     return [f.name for f in all_fixes()]
 
