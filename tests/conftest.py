@@ -111,6 +111,45 @@ def built_once(tmp_path_factory):
     return get
 
 
+#: How a test starts a torchrun job: ``python -m torch.distributed.run ...`` or the ``torchrun`` script.
+_TORCHRUN = ("torch.distributed.run", "torchrun")
+_running: list = []  # the test item whose setup, call or teardown runs now
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _running.append(item)
+    try:
+        yield
+    finally:
+        _running.pop()
+
+
+def _starts_torchrun(args) -> bool:
+    argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+    words = [os.fsdecode(a) for a in argv if isinstance(a, (str, bytes, os.PathLike))]
+    return any(w == _TORCHRUN[0] or os.path.basename(w) == _TORCHRUN[1] or f" -m {_TORCHRUN[0]} " in f" {w} "
+               for w in words)
+
+
+def pytest_configure(config):
+    """README command 2 leaves out the tests that start torchrun jobs (``-m "not distributed"``), which CI runs
+    in a step of its own: a test that starts one without the ``distributed`` marker fails at the launch,
+    naming the marker, instead of silently making command 2 slower."""
+    import subprocess
+
+    launch = subprocess.Popen.__init__
+
+    def checked(self, args, *rest, **kwargs):
+        item = _running[-1] if _running else None
+        if item is not None and item.get_closest_marker("distributed") is None and _starts_torchrun(args):
+            raise RuntimeError(f"{item.nodeid} starts a torchrun job: mark it @pytest.mark.distributed (README "
+                               "command 2 leaves those tests to CI's distributed step)")
+        launch(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = checked
+
+
 #: ``pytest -n auto`` runs at most this many workers: each holds Transformers, TRL and Diffusers
 #: (about 2 GiB) and the distributed tests start up to 4 processes of their own.
 MAX_AUTO_WORKERS = 4

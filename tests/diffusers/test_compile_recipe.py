@@ -33,6 +33,7 @@ def test_one_graph_per_block_no_recompiles(class_name):
     assert record["max_abs_diff"] <= 1e-5
 
 
+@pytest.mark.distributed
 def test_sharded_and_compiled(tmp_path):
     out = tmp_path / "tp_compiled.json"
     run_torchrun("hf_neuron.compat.diffusers.tp_check", "--device", "neuron", "--modes", "memory,compiled",

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 
@@ -34,6 +35,7 @@ def _generate(model_dir, image_path, processes: int) -> np.ndarray:
         return np.asarray(image.convert("RGB"), dtype=np.int16)
 
 
+@pytest.mark.distributed
 def test_tp2_image_equals_the_single_device_image(tmp_path):
     """The recipe sharded over 2 ranks draws the image one device draws: every 8-bit channel within 2 levels
     (float32 all the way; the sharded matmuls only reorder sums)."""

@@ -38,6 +38,7 @@ MIN_SHARDED_SHARE = {"SanaVideoTransformer3DModel": 0.40}
 
 
 @pytest.mark.parametrize("class_name", sorted(PLANS) + list(UPSTREAM_PLANS))
+@pytest.mark.distributed
 def test_tp2_equals_tp1(tp_results, class_name):
     record = tp_results[class_name]
     assert record["ok"], {k: v for k, v in record.items()}
@@ -51,6 +52,7 @@ def test_tp2_equals_tp1(tp_results, class_name):
 NEEDS_SUPPORT = ("SD3Transformer2DModel", "WanTransformer3DModel")
 
 
+@pytest.mark.distributed
 def test_plans_alone_do_not_shard_correctly(tmp_path):
     """With `diffusers.tp_plan_support` off (plans still installed) these classes do not match TP=1."""
     out = tmp_path / "without_support.json"

@@ -77,12 +77,14 @@ def launch(request, built_extension, tmp_path_factory):
     return {"world": world, "returncode": proc.returncode, "stderr": proc.stderr[-6000:], "ranks": ranks}
 
 
+@pytest.mark.distributed
 def test_clean_exit_without_destroy_process_group(launch):
     missing = [r for r, res in launch["ranks"].items() if res is None]
     assert not missing, f"ranks {missing} wrote no report:\n{launch['stderr']}"
     assert launch["returncode"] == 0, f"torchrun exited with {launch['returncode']}:\n{launch['stderr']}"
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("name", CHECKS)
 def test_check(launch, name):
     failures = {}

@@ -18,7 +18,7 @@ RESUMABLE = dict(
 )
 
 
-@pytest.mark.parametrize("layout", ["single", "tp2_fsdp2"])
+@pytest.mark.parametrize("layout", ["single", pytest.param("tp2_fsdp2", marks=pytest.mark.distributed)])
 def test_resumed_run_continues_the_uninterrupted_one(sft_runs, layout):
     # The uninterrupted run saves a checkpoint every STOP steps: the one at step STOP is what a run
     # stopped there leaves (the same weights, optimizer, schedule and data position).
@@ -38,6 +38,7 @@ def test_resumed_run_continues_the_uninterrupted_one(sft_runs, layout):
         assert all(graph in expected["graph_inputs"] for graph in result["graph_inputs"])
 
 
+@pytest.mark.distributed
 def test_upstream_cannot_checkpoint_a_sharded_run(tiny_model_dir, chat_dataset, tmp_path):
     """Without ``trainer-resume-sharded-models`` the Trainer refuses the resumable checkpoints at once."""
     from trl_sft_helpers import base_args, run_worker

@@ -58,6 +58,8 @@ def runs(sft_runs, no_static_shapes_script, chat_dataset):
 
 
 RUNS = ["user-single", "recipe-tp2", "user-fsdp2", "recipe-tp2-fsdp2"]
+#: The runs as test parameters: all but the single-process one start torchrun jobs.
+RUN_PARAMS = [name if name == "user-single" else pytest.param(name, marks=pytest.mark.distributed) for name in RUNS]
 ONE_DATA_SHARD = {"user-single", "recipe-tp2"}
 
 
@@ -67,7 +69,7 @@ def test_the_recipe_is_the_published_one():
     assert USER_RECIPE.read_bytes() == SHARED_RECIPE.read_bytes()
 
 
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name", RUN_PARAMS)
 def test_two_epochs_with_one_batch_shape(runs, name):
     results = runs(name)["results"]
     assert results, "every rank reports"
@@ -83,7 +85,7 @@ def test_two_epochs_with_one_batch_shape(runs, name):
         assert set(result["graph_status"]) == {"compiled"}
 
 
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name", RUN_PARAMS)
 def test_no_graph_compiled_after_the_first_epoch(runs, name):
     for result in runs(name)["results"].values():
         first, second = result["graphs_after_epoch"]
@@ -105,6 +107,7 @@ def test_losses_equal_the_same_run_on_cpu(runs, sft_runs, chat_dataset):
     assert max(deltas) < LOSS_TOLERANCE, (neuron, cpu)
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("name", ["recipe-tp2", "recipe-tp2-fsdp2"])
 def test_checkpoint_loads_on_cpu(runs, name, tiny_model_dir):
     run = runs(name)
