@@ -16,6 +16,7 @@ def _run(tmp_path, name, *args):
     return rc, out
 
 
+@pytest.mark.distributed  # its L5 level shards the model over 2 torchrun ranks
 def test_llava_generates_from_images_in_bounded_graphs_and_fails_without_the_decoder_fix(tmp_path, monkeypatch):
     rc, out = _run(tmp_path, "fixed", "--quick", "--levels", "L1,L2,L3,L5")
     rec = records(out)["llava"]
