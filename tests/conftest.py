@@ -111,8 +111,6 @@ def built_once(tmp_path_factory):
     return get
 
 
-#: How a test starts a torchrun job: ``python -m torch.distributed.run ...`` or the ``torchrun`` script.
-_TORCHRUN = ("torch.distributed.run", "torchrun")
 _running: list = []  # the test item whose setup, call or teardown runs now
 
 
@@ -126,10 +124,14 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def _starts_torchrun(args) -> bool:
-    argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
-    words = [os.fsdecode(a) for a in argv if isinstance(a, (str, bytes, os.PathLike))]
-    return any(w == _TORCHRUN[0] or os.path.basename(w) == _TORCHRUN[1] or f" -m {_TORCHRUN[0]} " in f" {w} "
-               for w in words)
+    """Whether a command starts a torchrun job: ``python -m torch.distributed.run ...`` or the ``torchrun``
+    script, given as an argument list or as one shell string."""
+    if isinstance(args, (str, bytes, os.PathLike)):
+        words = os.fsdecode(args).split()
+    else:
+        words = [os.fsdecode(a) for a in args if isinstance(a, (str, bytes, os.PathLike))]
+    as_module = any(flag == "-m" and module == "torch.distributed.run" for flag, module in zip(words, words[1:]))
+    return as_module or (bool(words) and os.path.basename(words[0]) == "torchrun")
 
 
 def pytest_configure(config):
