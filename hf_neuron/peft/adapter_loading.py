@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 
+from hf_neuron.devices import is_neuron
 from hf_neuron.patching import PENDING, fix, wrap
 
 FIX_NAME = "peft.adapter_weights_through_host"
@@ -26,17 +27,9 @@ MODULE = "peft.utils.save_and_load"
 ATTRIBUTE = "safe_load_file"
 
 
-def _is_neuron(device) -> bool:
-    import torch
-
-    if isinstance(device, torch.device):
-        return device.type == "neuron"
-    return isinstance(device, str) and device.split(":", 1)[0] == "neuron"
-
-
 def load_through_host(original_load, filename, device="cpu"):
     """safetensors' ``load_file`` that reads a file for a Neuron device on the host first."""
-    if not _is_neuron(device):
+    if not is_neuron(device):
         return original_load(filename, device=device)
     return {name: tensor.to(device) for name, tensor in original_load(filename, device="cpu").items()}
 
