@@ -3,9 +3,11 @@
 Where a real torch-neuronx is installed this stays off and the same tests run on real Trainium.
 """
 
+import json
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -150,6 +152,65 @@ def pytest_configure(config):
         launch(self, args, *rest, **kwargs)
 
     subprocess.Popen.__init__ = checked
+
+
+#: Seconds each test took (setup, call and teardown) in a recorded run of the suite (``--record-durations``).
+TEST_DURATIONS = Path(__file__).with_name("test_durations.json")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", nargs="?", const=str(TEST_DURATIONS), default=None, metavar="PATH",
+                     help=f"write the seconds each test of this run took into PATH (default tests/{TEST_DURATIONS.name}, "
+                          "which orders the files pytest-xdist's workers take: longest first); other tests' records "
+                          "are kept")
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+def order_files_longest_first(items: list, durations: dict[str, float]) -> list:
+    """``items`` grouped by file, the files in decreasing recorded duration of their selected tests and a file
+    without any record first (a new file's cost is unknown); the tests of a file keep their order.
+
+    Under ``-n auto --dist=loadfile`` a worker takes a whole file, the next one in this order, whenever it runs
+    out of work. In collection order a long file (minutes of torchrun jobs) can come last and run alone while
+    the other worker idles; longest first, the last files to start are short ones."""
+    seconds: dict[str, float] = {}
+    recorded: set[str] = set()
+    for item in items:
+        name = _file(item.nodeid)
+        seconds[name] = seconds.get(name, 0.0) + durations.get(item.nodeid, 0.0)
+        if item.nodeid in durations:
+            recorded.add(name)
+    rank = {name: (name in recorded, -seconds[name], i) for i, name in enumerate(seconds)}
+    return sorted(items, key=lambda item: rank[_file(item.nodeid)])
+
+
+def pytest_collection_modifyitems(config, items):
+    # Only pytest-xdist's workers schedule files; a single process keeps collection order.
+    if hasattr(config, "workerinput") and TEST_DURATIONS.exists():
+        items[:] = order_files_longest_first(items, json.loads(TEST_DURATIONS.read_text()))
+
+
+_test_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    # Every phase of every test, as reported to the process that prints the results.
+    _test_seconds[report.nodeid] = _test_seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    path = config.getoption("record_durations")
+    if path and not hasattr(config, "workerinput") and _test_seconds:
+        path = Path(path)
+        recorded = json.loads(path.read_text()) if path.exists() else {}
+        root = config.rootpath
+        recorded = {nodeid: s for nodeid, s in recorded.items() if (root / _file(nodeid)).exists()}
+        recorded.update({nodeid: round(seconds, 1) for nodeid, seconds in _test_seconds.items()})
+        path.write_text(json.dumps(dict(sorted(recorded.items())), indent=0) + "\n")
 
 
 #: ``pytest -n auto`` runs at most this many workers: each holds Transformers, TRL and Diffusers
