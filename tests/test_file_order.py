@@ -54,6 +54,6 @@ def test_a_run_records_its_tests_and_keeps_the_others_of_existing_files(tmp_path
 def test_the_record_names_only_existing_files(suite):
     recorded = json.loads(suite.TEST_DURATIONS.read_text())
     assert recorded and all(isinstance(s, (int, float)) and s >= 0 for s in recorded.values())
-    missing = sorted({nodeid.split("::")[0] for nodeid in recorded} - {p.relative_to(ROOT).as_posix()
-                                                                        for p in ROOT.glob("tests/**/test_*.py")})
+    missing = sorted({suite._file(nodeid) for nodeid in recorded} - {p.relative_to(ROOT).as_posix()
+                                                                      for p in ROOT.glob("tests/**/test_*.py")})
     assert not missing, f"{missing} moved or went: record the durations again (python -m pytest -n auto --record-durations)"
